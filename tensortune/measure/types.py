@@ -1,0 +1,57 @@
+"""What flows through measurement: inputs, build results, measure results, error kinds."""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from ..space import Config
+from ..workload import Task
+
+
+class ErrorKind(str, enum.Enum):
+    NONE = "none"
+    INVALID_CONFIG = "invalid_config"
+    COMPILE_ERROR = "compile_error"
+    RUNTIME_ERROR = "runtime_error"
+    TIMEOUT = "timeout"
+    WRONG_RESULT = "wrong_result"
+
+
+@dataclass(frozen=True)
+class MeasureInput:
+    """One candidate: a task and a config of its space."""
+
+    task: Task
+    config: Config
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    """A compiled candidate (``path`` to a shared library) or the error that prevented it."""
+
+    path: str | None
+    build_s: float
+    error: ErrorKind = ErrorKind.NONE
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class MeasureResult:
+    """Timings in seconds (one per repeat) or an error; ``verified`` if checked against numpy."""
+
+    costs: tuple[float, ...]
+    error: ErrorKind = ErrorKind.NONE
+    message: str = ""
+    build_s: float = 0.0
+    run_s: float = 0.0
+    verified: bool = False
+    timestamp: float = field(default=0.0)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is ErrorKind.NONE and bool(self.costs)
+
+    @property
+    def mean(self) -> float:
+        """Mean cost in seconds; infinity for errors, so sorting puts them last."""
+        return sum(self.costs) / len(self.costs) if self.ok else float("inf")

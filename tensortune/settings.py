@@ -1,0 +1,69 @@
+"""Every tunable setting of tensortune, declared once and typed.
+
+Algorithms receive a ``Settings`` value (or the fields they need); only ``Settings.from_env``
+reads the environment, so nothing deeper in the package looks at ``os.environ``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class MeasureSettings:
+    """How candidates are built and timed."""
+
+    build_workers: int = 2
+    build_timeout_s: float = 30.0
+    run_timeout_s: float = 20.0
+    number: int = 4
+    repeat: int = 3
+    min_repeat_ms: int = 40
+    warmup: int = 1
+    verify: str = "all"  # "all": check every candidate against numpy; "best": only new bests
+    rtol: float = 1e-3
+    atol: float = 1e-3
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    """Knobs of the model-based search (simulated annealing by default)."""
+
+    batch_size: int = 32
+    epsilon: float = 0.1
+    sa_chains: int = 64
+    sa_steps: int = 60
+    sa_early_stop: int = 15
+    sa_restarts: int = 1
+    sa_t_start: float = 1.0
+    sa_t_end: float = 0.0
+    early_stop_trials: int = 0  # 0 disables: stop a task after this many trials without improvement
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The root settings object; build it with ``Settings.from_env()`` at the program's edge."""
+
+    home: Path = field(default_factory=lambda: Path.home() / ".tensortune")
+    target: dict | None = None  # None: detect the host CPU
+    measure: MeasureSettings = field(default_factory=MeasureSettings)
+    search: SearchSettings = field(default_factory=SearchSettings)
+    seed: int = 0
+
+    @staticmethod
+    def from_env(environ: dict[str, str] | None = None) -> "Settings":
+        """Read TENSORTUNE_* variables (HOME, BUILD_WORKERS, NUMBER, REPEAT, MIN_REPEAT_MS, SEED)."""
+        env = dict(os.environ if environ is None else environ)
+        s = Settings()
+        if "TENSORTUNE_HOME" in env:
+            s = dataclasses.replace(s, home=Path(env["TENSORTUNE_HOME"]))
+        if "TENSORTUNE_SEED" in env:
+            s = dataclasses.replace(s, seed=int(env["TENSORTUNE_SEED"]))
+        m = s.measure
+        for name in ("build_workers", "number", "repeat", "min_repeat_ms"):
+            key = "TENSORTUNE_" + name.upper()
+            if key in env:
+                m = dataclasses.replace(m, **{name: int(env[key])})
+        return dataclasses.replace(s, measure=m)

@@ -1,0 +1,32 @@
+"""How to schedule: knobs, configs, spaces and the templates that span them."""
+from __future__ import annotations
+
+from .config import Config
+from .cpu_template import TemplateMismatch, generic_cpu
+from .knobs import ChoiceKnob, SplitKnob
+from .space import ConfigSpace, InvalidConfigError
+from .template import ConfigSource, SpaceBuilder, apply_template, define_space
+
+TEMPLATES = {"cpu.generic": generic_cpu}
+
+
+def _template(name: str):
+    if name not in TEMPLATES:
+        raise InvalidConfigError(f"unknown template {name!r}; known: {', '.join(TEMPLATES)}")
+    return TEMPLATES[name]
+
+
+def task_space(task) -> ConfigSpace:
+    """The ``ConfigSpace`` of ``task`` under its template."""
+    return define_space(_template(task.template), task.workload.prim_func())
+
+
+def apply_config(task, config: Config, space: ConfigSpace | None = None):
+    """The scheduled ``tvm.s_tir.Schedule`` of ``task`` for ``config``."""
+    space = space or task_space(task)
+    return apply_template(_template(task.template), task.workload.prim_func(), space, config)
+
+
+__all__ = ["Config", "ConfigSpace", "SplitKnob", "ChoiceKnob", "InvalidConfigError",
+           "TemplateMismatch", "SpaceBuilder", "ConfigSource", "TEMPLATES", "task_space",
+           "apply_config", "generic_cpu"]

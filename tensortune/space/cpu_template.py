@@ -1,0 +1,178 @@
+"""The generic CPU template: multi-level tiling for any single-reduction TIR function.
+
+Loop structure of the main (reduction) block, after AutoTVM/MetaSchedule's CPU practice:
+
+    S0 (parallel) . S1 . R0 . S2 . R1 . S3 (register tile; its last loop is vectorized)
+
+with a local accumulator written back at S1 or S0, padding and other producers inlined or
+computed up front, elementwise consumers fused into the write-back, optional packing of input
+operands (copied per tile, the vectorized dimension moved innermost), and an unroll pragma.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .space import InvalidConfigError
+
+VECTOR_MAX = 64  # lanes of one vectorized inner loop (LLVM splits into zmm registers)
+REGISTER_TILE_MAX = 512  # elements of the unrolled S3 tile; beyond this only spills remain
+UNROLL_STEPS = (0, 16, 64, 512)
+OUTER_MODES = ("S1/1", "S0/1", "S1/2")  # write-back level / number of fused parallel levels
+
+
+class TemplateMismatch(InvalidConfigError):
+    """The function has no block that this template can schedule."""
+
+
+@dataclass(frozen=True)
+class MainBlockInfo:
+    name: str
+    spatial: tuple[tuple[str, int], ...]
+    reduce: tuple[tuple[str, int], ...]
+    # for each input buffer of the main block: per dimension, the iter-var names it uses
+    reads: tuple[tuple[str, tuple[frozenset, ...], bool], ...]
+
+
+def analyze(sch) -> MainBlockInfo:
+    """Find the single reduction block and how each of its inputs is indexed."""
+    from tvm.tirx.analysis import undefined_vars
+
+    func = sch.mod["main"]
+    params = {p.name for p in func.params}
+    reductions = []
+    for block_rv in sch.get_child_blocks(sch.get_sblock("root")):
+        block = sch.get(block_rv)
+        kinds = [iv.iter_type for iv in block.iter_vars]
+        if 2 in kinds:
+            reductions.append(block)
+    if len(reductions) != 1:
+        raise TemplateMismatch(f"cpu.generic needs exactly one reduction block, found {len(reductions)}")
+    block = reductions[0]
+    spatial, reduce = [], []
+    for iv in block.iter_vars:
+        if iv.iter_type not in (0, 2):
+            raise TemplateMismatch(f"block {block.name_hint}: unsupported iterator kind {iv.iter_type}")
+        (spatial if iv.iter_type == 0 else reduce).append((iv.var.name, int(iv.dom.extent)))
+    reads = []
+    for region in block.reads:
+        buf = region.source
+        if buf.name == block.writes[0].source.name:
+            continue
+        dims = tuple(frozenset(v.name for v in undefined_vars(r.min)) for r in region.region)
+        reads.append((buf.name, dims, buf.name in params))
+    return MainBlockInfo(block.name_hint, tuple(spatial), tuple(reduce), tuple(reads))
+
+
+def generic_cpu(cfg, sch):
+    """Define (with a ``SpaceBuilder``) or apply (with a ``ConfigSource``) the CPU space."""
+    from tvm.tirx import IndexMap
+
+    info = analyze(sch)
+    main = sch.get_sblock(info.name)
+    producers = list(sch.get_producers(main))
+    spatial_names = [n for n, _ in info.spatial]
+    vec_options = [n for n, e in info.spatial if e > 1] or spatial_names[-1:]
+
+    # -- knobs (fixed order; none depends on another's value) ------------------------------------
+    s_tiles = [cfg.split(f"tile_{_short(n)}", e, 4, max_inner=VECTOR_MAX) for n, e in info.spatial]
+    r_tiles = [cfg.split(f"tile_{_short(n)}", e, 2) for n, e in info.reduce]
+    vec_axis = vec_options[[_short(n) for n in vec_options].index(
+        cfg.choice("vector_axis", tuple(_short(n) for n in vec_options[::-1])))]
+    outer = cfg.choice("outer", OUTER_MODES)
+    producer_at = cfg.choice("producer_at", ("inline", "root")) if producers else None
+    packable = [name for name, _, is_param in info.reads if is_param]
+    packs = {name: cfg.choice(f"pack_{name}", ("none", "S1", "R0")) for name in packable}
+    unroll = cfg.choice("unroll", UNROLL_STEPS)
+
+    vi = spatial_names.index(vec_axis)
+    tile_elems = 1
+    for t in s_tiles:
+        tile_elems *= t[-1]
+    if tile_elems > REGISTER_TILE_MAX:
+        raise InvalidConfigError(f"register tile of {tile_elems} elements exceeds {REGISTER_TILE_MAX}")
+    write_level, parallel_levels = outer.split("/")
+
+    # -- producers and consumers --------------------------------------------------------------
+    root_producers = []
+    for p in producers:
+        if producer_at == "inline":
+            sch.compute_inline(p)
+        else:
+            root_producers.append(p)
+    consumers = list(sch.get_consumers(main))
+    # fold an elementwise chain into its first member, which becomes the write-back
+    while len(consumers) == 1 and len(sch.get_consumers(consumers[0])) == 1:
+        sch.reverse_compute_inline(sch.get_consumers(consumers[0])[0])
+    if len(consumers) == 1:
+        write_back = consumers[0]
+    elif not consumers:
+        write_back = sch.cache_write(main, 0, "global")
+    else:
+        raise TemplateMismatch(f"block {info.name} has {len(consumers)} consumers")
+
+    # -- tiling -------------------------------------------------------------------------------------
+    loops = sch.get_loops(main)
+    n_s, n_r = len(info.spatial), len(info.reduce)
+    s_loops = [sch.split(loops[i], list(s_tiles[i])) for i in range(n_s)]
+    r_loops = [sch.split(loops[n_s + j], list(r_tiles[j])) for j in range(n_r)]
+    s3 = [s_loops[i][3] for i in range(n_s) if i != vi] + [s_loops[vi][3]]
+    order = ([s[0] for s in s_loops] + [s[1] for s in s_loops] + [r[0] for r in r_loops]
+             + [s[2] for s in s_loops] + [r[1] for r in r_loops] + s3)
+    sch.reorder(*order)
+    level = {"S0": s_loops[-1][0], "S1": s_loops[-1][1], "R0": r_loops[-1][0] if n_r else None}
+    sch.reverse_compute_at(write_back, level[write_level], preserve_unit_loops=True)
+
+    for index, (name, dims, _) in enumerate(info.reads):
+        where = packs.get(name, "none")
+        if where == "none" or (where == "R0" and not n_r):
+            continue
+        read_index = [r.source.name for r in sch.get(main).reads].index(name)
+        packed = sch.cache_read(main, read_index, "global")
+        sch.compute_at(packed, level[where], preserve_unit_loops=True)
+        vec_dims = [d for d, used in enumerate(dims) if vec_axis in used]
+        ndim = len(dims)
+        if vec_dims and vec_dims[0] != ndim - 1:
+            perm = [d for d in range(ndim) if d != vec_dims[0]] + [vec_dims[0]]
+            index_map = IndexMap.from_func(_permutation(perm), ndim=ndim)
+            sch.transform_layout(packed, ("write", 0), index_map)
+            p_loops = sch.get_loops(packed)[-ndim:]
+            sch.reorder(*[p_loops[d] for d in perm])
+        inner = sch.get_loops(packed)[-1]
+        if _extent(sch, inner) > 1 and _extent(sch, inner) <= VECTOR_MAX:
+            sch.vectorize(inner)
+
+    # -- parallel, unroll, vectorize -------------------------------------------------------------
+    fuse = [s[0] for s in s_loops] + ([s[1] for s in s_loops] if parallel_levels == "2" else [])
+    outer_loop = sch.fuse(*fuse) if len(fuse) > 1 else fuse[0]
+    sch.parallel(outer_loop)
+    if unroll:
+        sch.annotate(outer_loop, "pragma_auto_unroll_max_step", unroll)
+        sch.annotate(outer_loop, "pragma_unroll_explicit", 1)
+    for loop in s3[:-1]:
+        if _extent(sch, loop) > 1:
+            sch.unroll(loop)
+    if s_tiles[vi][-1] > 1:
+        sch.vectorize(s3[-1])
+    if n_r:
+        sch.decompose_reduction(main, r_loops[0][0])
+    wb_inner = sch.get_loops(write_back)[-1]
+    if 1 < _extent(sch, wb_inner) <= VECTOR_MAX:
+        sch.vectorize(wb_inner)
+    for p in root_producers:
+        p_loops = sch.get_loops(p)
+        sch.parallel(sch.fuse(*p_loops[:2]) if len(p_loops) > 2 else p_loops[0])
+        if len(p_loops) > 1 and 1 < _extent(sch, p_loops[-1]) <= 1024:
+            sch.vectorize(p_loops[-1])
+    return sch
+
+
+def _permutation(perm):
+    return lambda *idx: [idx[d] for d in perm]
+
+
+def _short(name: str) -> str:
+    return name[2:] if name.startswith("v_") else name
+
+
+def _extent(sch, loop) -> int:
+    return int(sch.get(loop).extent)

@@ -1,0 +1,80 @@
+"""Templates: functions ``(knobs, schedule) -> schedule`` that both define and apply a space.
+
+A template asks its ``KnobSource`` for values (``split``, ``choice``). While a space is being
+defined, ``SpaceBuilder`` records each knob and answers with a default; while a config is being
+applied, ``ConfigSource`` answers with the config's value. Knobs must not depend on other knobs'
+values, so the space is a plain product.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from .config import Config
+from .knobs import ChoiceKnob, Knob, SplitKnob
+from .space import ConfigSpace, InvalidConfigError
+
+
+class SpaceBuilder:
+    """Records the knobs a template defines; answers with a harmless default."""
+
+    def __init__(self):
+        self.knobs: list[Knob] = []
+
+    def split(self, name: str, extent: int, parts: int, max_inner: int = 0) -> tuple[int, ...]:
+        knob = SplitKnob(name, int(extent), parts, max_inner)
+        self.knobs.append(knob)
+        return knob.candidates[-1]  # (extent, 1, ..., 1): always legal, tiny register tile
+
+    def choice(self, name: str, options) -> object:
+        knob = ChoiceKnob(name, tuple(options))
+        self.knobs.append(knob)
+        return knob.options[0]
+
+    def space(self) -> ConfigSpace:
+        return ConfigSpace(self.knobs)
+
+
+class ConfigSource:
+    """Answers a template's questions from one config."""
+
+    def __init__(self, config: Config):
+        self.config = config
+
+    def _get(self, name):
+        try:
+            return self.config[name]
+        except KeyError:
+            raise InvalidConfigError(f"config has no value for knob {name!r}") from None
+
+    def split(self, name: str, extent: int, parts: int, max_inner: int = 0) -> tuple[int, ...]:
+        return tuple(self._get(name))
+
+    def choice(self, name: str, options) -> object:
+        return self._get(name)
+
+
+TemplateFn = Callable[[object, object], object]
+
+
+def define_space(template: TemplateFn, prim_func) -> ConfigSpace:
+    """Run ``template`` in define mode on a fresh schedule of ``prim_func``."""
+    from tvm.s_tir import Schedule
+
+    builder = SpaceBuilder()
+    template(builder, Schedule(prim_func))
+    return builder.space()
+
+
+def apply_template(template: TemplateFn, prim_func, space: ConfigSpace, config: Config):
+    """The scheduled ``tvm.s_tir.Schedule`` for ``config``; ``InvalidConfigError`` if it can't be."""
+    from tvm.s_tir import Schedule
+
+    space.digits(config)  # refuses foreign configs by name
+    sch = Schedule(prim_func)
+    try:
+        template(ConfigSource(config), sch)
+    except InvalidConfigError:
+        raise
+    except Exception as err:  # TVM raises ScheduleError/TVMError subclasses for illegal steps
+        raise InvalidConfigError(f"schedule step failed: {str(err).splitlines()[0][:300]}") from err
+    return sch
