@@ -11,6 +11,15 @@ TEMPLATES = {"cpu.generic": generic_cpu}
 
 
 def _template(name: str):
+    """A built-in template by name, or any importable one as ``"package.module:function"``."""
+    if ":" in name:
+        import importlib
+
+        module, _, attr = name.partition(":")
+        try:
+            return getattr(importlib.import_module(module), attr)
+        except (ImportError, AttributeError) as err:
+            raise InvalidConfigError(f"cannot load template {name!r}: {err}") from err
     if name not in TEMPLATES:
         raise InvalidConfigError(f"unknown template {name!r}; known: {', '.join(TEMPLATES)}")
     return TEMPLATES[name]
