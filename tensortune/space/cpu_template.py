@@ -121,6 +121,10 @@ def generic_cpu(cfg, sch):
     sch.reorder(*order)
     level = {"S0": s_loops[-1][0], "S1": s_loops[-1][1], "R0": r_loops[-1][0] if n_r else None}
     sch.reverse_compute_at(write_back, level[write_level], preserve_unit_loops=True)
+    if vi != n_s - 1:
+        # keep the accumulator's vectorized dimension contiguous, whatever the output layout
+        perm = [d for d in range(n_s) if d != vi] + [vi]
+        sch.transform_layout(main, ("write", 0), IndexMap.from_func(_permutation(perm), ndim=n_s))
 
     for index, (name, dims, _) in enumerate(info.reads):
         where = packs.get(name, "none")

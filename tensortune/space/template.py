@@ -72,9 +72,10 @@ def apply_template(template: TemplateFn, prim_func, space: ConfigSpace, config: 
     space.digits(config)  # refuses foreign configs by name
     sch = Schedule(prim_func)
     try:
-        template(ConfigSource(config), sch)
+        result = template(ConfigSource(config), sch)
     except InvalidConfigError:
         raise
     except Exception as err:  # TVM raises ScheduleError/TVMError subclasses for illegal steps
         raise InvalidConfigError(f"schedule step failed: {str(err).splitlines()[0][:300]}") from err
-    return sch
+    # a template may return a schedule of its own (e.g. a hand-written function) instead of mutating
+    return sch if result is None else result

@@ -1,0 +1,190 @@
+"""Command line: ``tensortune tune-op`` and ``tensortune best``."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from .settings import Settings
+from .workload import OPS, Task, WorkloadError, default_target, workload_from_dict
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="tensortune: tune tensor programs on Apache TVM.")
+console = Console(stderr=True)
+
+
+def _ints(text: str, name: str, count: int) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",")]
+    except ValueError:
+        raise WorkloadError(f"--{name} must be {count} comma-separated integers, got {text!r}") from None
+    if len(values) != count:
+        raise WorkloadError(f"--{name} must have {count} values (got {len(values)}: {text!r})")
+    return values
+
+
+def workload_from_options(op: str, m, n, k, b, batch, in_features, out_features, bias,
+                          input_shape, filters, kernel, stride, padding, dilation, groups):
+    """Build a workload from CLI options, naming any option the operator needs but lacks."""
+    def need(**kw):
+        missing = [name for name, v in kw.items() if v is None]
+        if missing:
+            flags = ", ".join("--" + x.replace("_", "-") for x in missing)
+            raise WorkloadError(f"{op} needs {flags}")
+        return kw
+
+    if op == "matmul":
+        return workload_from_dict({"op": op, **need(m=m, n=n, k=k)})
+    if op == "batch_matmul":
+        return workload_from_dict({"op": op, **need(b=b, m=m, n=n, k=k)})
+    if op == "dense":
+        return workload_from_dict({"op": op, "bias": bias,
+                                   **need(batch=batch, in_features=in_features, out_features=out_features)})
+    if op == "conv2d":
+        need(input=input_shape, filters=filters)
+        nn, c, h, w = _ints(input_shape, "input", 4)
+        kh, kw = (kernel, kernel)
+        return workload_from_dict({"op": op, "n": nn, "c": c, "h": h, "w": w, "filters": filters,
+                                   "kh": kh, "kw": kw, "stride": stride, "padding": padding,
+                                   "dilation": dilation, "groups": groups})
+    raise WorkloadError(f"unknown operator {op!r}; known: {', '.join(sorted(OPS))}")
+
+
+@app.command("tune-op")
+def tune_op(
+    op: str = typer.Argument(..., help="matmul | dense | batch_matmul | conv2d"),
+    m: Optional[int] = typer.Option(None, help="matmul/batch_matmul: rows of A"),
+    n: Optional[int] = typer.Option(None, help="matmul/batch_matmul: columns of B"),
+    k: Optional[int] = typer.Option(None, help="matmul/batch_matmul: reduction length"),
+    b: Optional[int] = typer.Option(None, help="batch_matmul: batch"),
+    batch: Optional[int] = typer.Option(None, help="dense: batch"),
+    in_features: Optional[int] = typer.Option(None, help="dense: input features"),
+    out_features: Optional[int] = typer.Option(None, help="dense: output features"),
+    bias: bool = typer.Option(False, help="dense: add a bias"),
+    input_shape: Optional[str] = typer.Option(None, "--input", help="conv2d: N,C,H,W"),
+    filters: Optional[int] = typer.Option(None, help="conv2d: output channels"),
+    kernel: int = typer.Option(3, help="conv2d: kernel size"),
+    stride: int = typer.Option(1, help="conv2d: stride"),
+    padding: int = typer.Option(0, help="conv2d: padding"),
+    dilation: int = typer.Option(1, help="conv2d: dilation"),
+    groups: int = typer.Option(1, help="conv2d: groups (= channels for depthwise)"),
+    trials: int = typer.Option(256, help="measurement budget"),
+    tuner: str = typer.Option("xgb", help="xgb | random | grid"),
+    features: str = typer.Option("knob", help="cost-model features, e.g. knob or knob+itervar"),
+    log: Optional[Path] = typer.Option(None, help="JSON-lines records (appended; resumed if present)"),
+    seed: int = typer.Option(0, help="random seed"),
+    as_json: bool = typer.Option(False, "--json", help="end with one JSON summary line on stdout"),
+):
+    """Tune one operator on this CPU and report the best kernel found."""
+    from .peers import fma_peak_gflops
+    from .tuner import TUNERS, tune_task
+
+    try:
+        workload = workload_from_options(op, m, n, k, b, batch, in_features, out_features, bias,
+                                         input_shape, filters, kernel, stride, padding, dilation, groups)
+    except WorkloadError as err:
+        console.print(f"[red]error:[/red] {err}")
+        raise typer.Exit(2)
+    if tuner not in TUNERS:
+        console.print(f"[red]error:[/red] unknown tuner {tuner!r}; choose one of {', '.join(TUNERS)}")
+        raise typer.Exit(2)
+    settings = dataclasses.replace(Settings.from_env(), seed=seed)
+    target = settings.target or default_target()
+    task = Task(workload, target)
+    log = log or settings.home / "logs" / f"{workload.key}.jsonl"
+    console.print(f"tuning {workload.describe()} on {target['mcpu']} "
+                  f"({trials} trials, tuner {tuner}); records: {log}")
+
+    def corrupt(lineno, reason):
+        console.print(f"[yellow]warning:[/yellow] {log}:{lineno}: skipped corrupt record ({reason})")
+
+    best = {"gflops": 0.0}
+    columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("best {task.fields[best]:.1f} GFLOP/s"), TimeElapsedColumn()]
+    with Progress(*columns, console=console, transient=False) as progress:
+        bar = progress.add_task(op, total=trials, best=0.0)
+
+        def on_result(inp, res):
+            if res.error.value != "invalid_config":
+                progress.advance(bar)
+            if res.ok:
+                best["gflops"] = max(best["gflops"], workload.flops / res.mean / 1e9)
+                progress.update(bar, best=best["gflops"])
+
+        result = tune_task(task, trials, tuner=tuner, log=log, settings=settings,
+                           callbacks=[on_result], features=features, on_corrupt=corrupt)
+    threads = int(target.get("num-cores", 1))
+    peak = fma_peak_gflops(threads)
+    gflops = workload.flops / result.best_cost / 1e9 if result.best_config else 0.0
+    summary = {
+        "op": op, "workload": workload.to_dict(), "best_us": result.best_cost * 1e6
+        if result.best_config else None, "gflops": round(gflops, 2),
+        "peak_gflops": round(peak, 1), "peak_fraction": round(gflops / peak, 4) if peak else None,
+        "trials": result.trials, "invalid": result.invalid, "errors": result.errors,
+        "tune_s": round(result.tune_s, 2), "stopped_early": result.stopped_early,
+        "config": result.best_config.to_json() if result.best_config else None, "log": str(log),
+    }
+    table = Table(title=f"tensortune: {workload.describe()}")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    table.add_row("best latency", f"{summary['best_us']:.1f} us" if summary["best_us"] else "none")
+    table.add_row("GFLOP/s", f"{gflops:.1f}")
+    table.add_row("FMA peak fraction", f"{100 * gflops / peak:.1f}% of {peak:.0f} GFLOP/s")
+    table.add_row("trials (measured)", str(result.trials))
+    table.add_row("invalid configs (not charged)", str(result.invalid))
+    table.add_row("errors", ", ".join(f"{k}: {v}" for k, v in result.errors.items()) or "none")
+    table.add_row("tuning time", f"{result.tune_s:.1f} s")
+    console.print(table)
+    if as_json:
+        sys.stdout.write(json.dumps(summary) + "\n")
+    if result.best_config is None:
+        raise typer.Exit(1)
+
+
+@app.command("best")
+def best(log: Path = typer.Argument(..., help="records file"),
+         as_json: bool = typer.Option(False, "--json")):
+    """List the best record of every task in a log."""
+    from .records import load_records
+
+    def corrupt(lineno, reason):
+        console.print(f"[yellow]warning:[/yellow] {log}:{lineno}: skipped corrupt record ({reason})")
+
+    if not log.exists():
+        console.print(f"[red]error:[/red] no such records file: {log}")
+        raise typer.Exit(2)
+    by_task = {}
+    for rec in load_records(log, on_corrupt=corrupt):
+        res = rec.to_result()
+        cur = by_task.get(rec.task_key)
+        if res.ok and (cur is None or res.mean < cur[1].mean):
+            by_task[rec.task_key] = (rec, res)
+    rows = []
+    for rec, res in by_task.values():
+        w = rec.to_input().task.workload
+        rows.append({"workload": w.describe(), "target": rec.target.get("mcpu"),
+                     "best_us": res.mean * 1e6, "gflops": w.flops / res.mean / 1e9,
+                     "config": rec.config.to_json()})
+    table = Table(title=str(log))
+    for col in ("workload", "target", "best us", "GFLOP/s"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r["workload"], str(r["target"]), f"{r['best_us']:.1f}", f"{r['gflops']:.1f}")
+    console.print(table)
+    if as_json:
+        sys.stdout.write(json.dumps(rows) + "\n")
+
+
+def main():  # pragma: no cover - console entry point
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

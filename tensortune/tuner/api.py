@@ -1,0 +1,67 @@
+"""``tune_task``: the whole single-operator flow with resume from a records log."""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from ..measure import LocalBuilder, LocalRunner
+from ..measure.types import MeasureInput, MeasureResult
+from ..records import RecordWriter, load_records, records_for
+from ..settings import Settings
+from ..space import task_space
+from ..workload import Task
+from .evaluator import Evaluator
+from .loop import TuneLoop, TuneResult
+
+TUNERS = ("xgb", "random", "grid")
+
+
+def make_loop(tuner: str, space, settings: Settings, features: str = "knob",
+              objective: str = "rank") -> TuneLoop:
+    """A ``TuneLoop`` for a tuner name: ``xgb`` (SA guided by XGBoost), ``random`` or ``grid``."""
+    from ..search import STRATEGIES
+
+    if tuner == "xgb":
+        from ..cost_model import XGBoostModel
+        from ..features import make_extractor
+
+        model = XGBoostModel(make_extractor(features), objective=objective, seed=settings.seed)
+        return TuneLoop(space, STRATEGIES["sa"], model, settings.search, settings.seed)
+    if tuner in ("random", "grid"):
+        return TuneLoop(space, STRATEGIES[tuner], None, settings.search, settings.seed)
+    raise ValueError(f"unknown tuner {tuner!r}; choose one of {', '.join(TUNERS)}")
+
+
+def tune_task(task: Task, trials: int, tuner: str = "xgb", log: str | Path | None = None,
+              settings: Settings | None = None,
+              callbacks: Sequence[Callable[[MeasureInput, MeasureResult], None]] = (),
+              resume: bool = True, features: str = "knob",
+              on_corrupt: Callable[[int, str], None] | None = None) -> TuneResult:
+    """Tune ``task`` for ``trials`` new measurements, appending every one to ``log``.
+
+    With ``resume`` the log's earlier measurements of this task are skipped and warm-start the
+    cost model, so a killed run continues where it stopped.
+    """
+    settings = settings or Settings()
+    if trials < 0:
+        raise ValueError(f"trials must be >= 0, got {trials}")
+    space = task_space(task)
+    loop = make_loop(tuner, space, settings, features)
+    history = []
+    if log is not None and resume and Path(log).exists():
+        for rec in records_for(load_records(log, on_corrupt=on_corrupt), task):
+            if rec.config in space:
+                history.append((rec.config, rec.to_result()))
+    m = settings.measure
+    builder = LocalBuilder(m.build_workers, m.build_timeout_s)
+    runner = LocalRunner(m)
+    writer = RecordWriter(log) if log is not None else None
+    try:
+        cbs = ([writer.append] if writer else []) + list(callbacks)
+        evaluator = Evaluator(task, builder, runner, trials, cbs, history, verify=m.verify)
+        return loop.run(evaluator)
+    finally:
+        builder.close()
+        runner.close()
+        if writer:
+            writer.close()

@@ -1,0 +1,95 @@
+"""The one door every strategy goes through: de-duplicate, batch, build, run, record, budget."""
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+
+from ..measure.types import ErrorKind, MeasureInput, MeasureResult
+from ..space import Config
+from ..workload import Task
+
+Callback = Callable[[MeasureInput, MeasureResult], None]
+
+
+class Evaluator:
+    """Measures configs of one task within a trial budget.
+
+    ``history`` holds results known before this run (from records); those configs are never
+    measured again and don't count against the budget. Invalid configs are recorded and never
+    proposed again but are not charged either: the budget counts candidates that were built.
+    """
+
+    def __init__(self, task: Task, builder, runner, budget: int,
+                 callbacks: Sequence[Callback] = (), history: Iterable[tuple[Config, MeasureResult]] = (),
+                 verify: str = "all"):
+        self.task = task
+        self.builder = builder
+        self.runner = runner
+        self.budget = budget
+        self.callbacks = list(callbacks)
+        self.verify = verify
+        self.results: dict[Config, MeasureResult] = dict(history)
+        self.trials = 0
+        self.invalid = 0
+        self.errors: Counter = Counter()
+        self.started = time.perf_counter()
+        self.best_config: Config | None = None
+        self.best_cost = float("inf")
+        self.best_trial = 0
+        self.curve: list[tuple[int, float]] = []  # (trial, best cost so far) after each new best
+        for cfg, res in self.results.items():
+            self._consider_best(cfg, res, trial=0)
+
+    @property
+    def remaining(self) -> int:
+        return max(0, self.budget - self.trials)
+
+    @property
+    def measured(self) -> set[Config]:
+        return set(self.results)
+
+    def evaluate(self, configs: Iterable[Config]) -> list[tuple[Config, MeasureResult]]:
+        """Measure the new configs among ``configs`` (in order) up to the remaining budget."""
+        fresh: list[Config] = []
+        seen = set(self.results)
+        for cfg in configs:
+            if cfg not in seen:
+                seen.add(cfg)
+                fresh.append(cfg)
+        fresh = fresh[: self.remaining]
+        if not fresh:
+            return []
+        inputs = [MeasureInput(self.task, cfg) for cfg in fresh]
+        builds = self.builder.build(inputs)
+        results = self.runner.run(inputs, builds, verify=[self.verify == "all"] * len(inputs))
+        out = []
+        for inp, build, res in zip(inputs, builds, results):
+            if res.error is ErrorKind.INVALID_CONFIG:
+                self.invalid += 1
+            else:
+                self.trials += 1
+            if self.verify == "best" and res.ok and res.mean < self.best_cost and not res.verified:
+                res = self.runner.run([inp], [build], verify=[True])[0]
+            if res.error is not ErrorKind.NONE:
+                self.errors[res.error.value] += 1
+            self.results[inp.config] = res
+            self._consider_best(inp.config, res, self.trials)
+            for cb in self.callbacks:
+                cb(inp, res)
+            out.append((inp.config, res))
+        return out
+
+    def _consider_best(self, cfg: Config, res: MeasureResult, trial: int) -> None:
+        if res.ok and res.mean < self.best_cost:
+            self.best_cost, self.best_config, self.best_trial = res.mean, cfg, trial
+            self.curve.append((trial, res.mean))
+
+    def top(self, k: int) -> list[Config]:
+        """The ``k`` fastest measured configs (seeds for model-guided search)."""
+        good = sorted((r.mean, i, c) for i, (c, r) in enumerate(self.results.items()) if r.ok)
+        return [c for _, _, c in good[:k]]
+
+    @property
+    def elapsed_s(self) -> float:
+        return time.perf_counter() - self.started

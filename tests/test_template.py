@@ -1,0 +1,82 @@
+"""The generic CPU template: every config builds and matches numpy, or is an invalid config."""
+import numpy as np
+import pytest
+import tvm
+
+from tensortune.space import InvalidConfigError, TemplateMismatch, apply_config, task_space
+from tensortune.workload import BatchMatmul, Conv2d, Dense, Matmul, Task, default_target
+
+SHAPES = [
+    Matmul(m=16, n=32, k=8),
+    Dense(batch=4, in_features=16, out_features=24, bias=True),
+    BatchMatmul(b=2, m=8, n=16, k=4),
+    Conv2d(n=1, c=4, h=6, w=6, filters=8, kh=3, kw=3, stride=1, padding=1),
+    Conv2d(n=1, c=4, h=7, w=7, filters=4, kh=3, kw=3, stride=2, padding=1, groups=4),  # depthwise
+]
+
+
+def _configs(space, rng, n):
+    """Random configs plus, for every knob, one config per candidate value (coverage)."""
+    out = space.sample_many(n, rng)
+    for knob, radix in zip(space.knobs, space.radices):
+        for d in range(min(radix, 6)):
+            digits = list(space.digits(space.sample(rng)))
+            digits[space.knobs.index(knob)] = d if radix <= 6 else int(rng.integers(radix))
+            out.append(space.from_digits(digits))
+    return out
+
+
+@pytest.mark.parametrize("workload", SHAPES, ids=lambda w: w.describe())
+def test_every_config_builds_and_matches_numpy_or_is_invalid(workload):
+    task = Task(workload, default_target())
+    space = task_space(task)
+    rng = np.random.default_rng(0)
+    inputs = workload.random_inputs(1)
+    expected = workload.reference(*inputs)
+    dev = tvm.cpu()
+    built = invalid = 0
+    for cfg in _configs(space, rng, 10):
+        try:
+            sch = apply_config(task, cfg, space)
+        except InvalidConfigError:
+            invalid += 1
+            continue
+        mod = tvm.compile(sch.mod, target=task.tvm_target()).jit()
+        args = [tvm.runtime.tensor(a, dev) for a in inputs]
+        out = tvm.runtime.tensor(np.zeros(workload.output_shape, workload.dtype), dev)
+        mod["main"](*args, out)
+        np.testing.assert_allclose(out.numpy(), expected, rtol=1e-4, atol=1e-4, err_msg=str(cfg))
+        built += 1
+    assert built >= 10, f"only {built} configs built ({invalid} invalid)"
+
+
+def test_space_is_large_and_has_the_documented_knobs():
+    space = task_space(Task(Conv2d(n=1, c=8, h=8, w=8, filters=16, kh=3, kw=3, padding=1),
+                            default_target()))
+    names = {k.name for k in space.knobs}
+    assert {"tile_f", "tile_x", "tile_rc", "vector_axis", "outer", "producer_at",
+            "pack_weight", "unroll"} <= names
+    assert [k for k in space.knobs if k.name == "tile_f"][0].parts == 4
+    assert [k for k in space.knobs if k.name == "tile_rc"][0].parts == 2
+    assert len(space) > 10**5
+
+
+def test_foreign_config_is_an_invalid_config_error():
+    task = Task(Matmul(m=8, n=8, k=8), default_target())
+    space = task_space(task)
+    cfg = dict(space.get(0))
+    cfg["tile_i"] = (3, 1, 1, 1)
+    from tensortune.space import Config
+    with pytest.raises(InvalidConfigError, match="tile_i"):
+        apply_config(task, Config(cfg), space)
+
+
+def test_template_refuses_functions_without_a_reduction():
+    from tvm import te
+    from tvm.s_tir import Schedule
+    from tensortune.space import SpaceBuilder, generic_cpu
+
+    a = te.placeholder((8,), name="a")
+    b = te.compute((8,), lambda i: a[i] + 1, name="b")
+    with pytest.raises(TemplateMismatch, match="reduction"):
+        generic_cpu(SpaceBuilder(), Schedule(te.create_prim_func([a, b])))
