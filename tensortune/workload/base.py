@@ -13,7 +13,7 @@ class WorkloadError(ValueError):
     """A workload description that cannot be built (bad shape, unknown operator, ...)."""
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Workload:
     """Base of every operator description.
 

@@ -8,7 +8,7 @@ import numpy as np
 from .base import Workload, WorkloadError, positive
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Matmul(Workload):
     """C[M, N] = A[M, K] @ B[K, N]."""
 
@@ -38,7 +38,7 @@ class Matmul(Workload):
         return a @ b
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Dense(Workload):
     """Y[batch, out] = X[batch, in] @ W[out, in]^T (+ bias[out]), like ``torch.nn.Linear``."""
 
@@ -75,7 +75,7 @@ class Dense(Workload):
         return y + b if b is not None else y
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class BatchMatmul(Workload):
     """C[b, M, N] = A[b, M, K] @ B[b, K, N]."""
 
@@ -107,7 +107,7 @@ class BatchMatmul(Workload):
         return a @ b
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Conv2d(Workload):
     """NCHW / OIHW 2-D convolution with stride, padding, dilation and groups."""
 

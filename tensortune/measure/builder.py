@@ -1,0 +1,96 @@
+"""``LocalBuilder``: schedule and compile candidates to shared libraries in worker processes."""
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import tempfile
+import time
+import uuid
+
+from .pool import CRASHED, TIMEOUT, JobFailure, WorkerPool, first_line
+from .types import BuildResult, ErrorKind, MeasureInput
+
+
+def task_job(task) -> dict:
+    """A task as plain data that a worker turns back into a ``Task``."""
+    return {"workload": task.workload.to_dict(), "target": task.target, "template": task.template}
+
+
+def _load_heavy_modules() -> None:
+    import tvm  # noqa: F401
+
+    from .. import space, workload  # noqa: F401
+
+
+@functools.lru_cache(maxsize=32)
+def _space(task):
+    # Cached per worker process: defining a space runs the template once, and a batch usually
+    # holds many configs of the same task.
+    from ..space import task_space
+
+    return task_space(task)
+
+
+def _build_one(job: dict) -> tuple[str, str, str | None, float]:
+    """Worker side: ``(error kind, message, library path, seconds)`` for one candidate."""
+    import tvm
+
+    from ..space import Config, InvalidConfigError, apply_config
+    from ..workload import Task, workload_from_dict
+
+    start = time.perf_counter()
+    t = job["task"]
+    try:
+        task = Task(workload_from_dict(t["workload"]), t["target"], t["template"])
+        sch = apply_config(task, Config.from_json(job["config"]), _space(task))
+    except InvalidConfigError as err:
+        return ErrorKind.INVALID_CONFIG.value, str(err)[:300], None, time.perf_counter() - start
+    try:
+        executable = tvm.compile(sch.mod, target=task.tvm_target())
+        path = os.path.join(job["dir"], f"{uuid.uuid4().hex}.so")
+        executable.export_library(path)
+    except Exception as err:  # TVM lowering/codegen errors and linker failures alike
+        return ErrorKind.COMPILE_ERROR.value, first_line(err), None, time.perf_counter() - start
+    return ErrorKind.NONE.value, "", path, time.perf_counter() - start
+
+
+class LocalBuilder:
+    """Builds candidates in ``workers`` processes; each build limited to ``timeout_s`` seconds.
+
+    Libraries go to ``workdir`` (a fresh temporary directory, removed by ``close``, if None).
+    """
+
+    def __init__(self, workers: int = 2, timeout_s: float = 30.0, workdir: str | None = None):
+        self.timeout_s = timeout_s
+        self._own_dir = workdir is None
+        self.workdir = tempfile.mkdtemp(prefix="tensortune-build-") if workdir is None else workdir
+        os.makedirs(self.workdir, exist_ok=True)
+        self._pool = WorkerPool(workers, initializer=_load_heavy_modules)
+
+    def build(self, inputs: list[MeasureInput]) -> list[BuildResult]:
+        """One ``BuildResult`` per input, in order; failures are results, never exceptions."""
+        jobs = [{"task": task_job(i.task), "config": i.config.to_json(), "dir": self.workdir}
+                for i in inputs]
+        return [_to_result(r, self.timeout_s) for r in self._pool.map(_build_one, jobs, self.timeout_s)]
+
+    def close(self) -> None:
+        self._pool.close()
+        if self._own_dir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def __enter__(self) -> "LocalBuilder":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _to_result(reply, timeout_s: float) -> BuildResult:
+    if isinstance(reply, JobFailure):
+        if reply.kind == TIMEOUT:
+            return BuildResult(None, timeout_s, ErrorKind.TIMEOUT, f"build exceeded {timeout_s:g} s")
+        prefix = "build worker crashed: " if reply.kind == CRASHED else ""
+        return BuildResult(None, 0.0, ErrorKind.COMPILE_ERROR, prefix + reply.message)
+    kind, message, path, seconds = reply
+    return BuildResult(path, seconds, ErrorKind(kind), message)

@@ -1,0 +1,184 @@
+"""A small pool of persistent worker processes that outlives jobs that crash or hang.
+
+Workers are started with the "spawn" context (TVM's threads and LLVM state must not be forked),
+import their heavy modules once through ``initializer`` and then serve jobs over a ``Pipe`` until
+closed. A job that overruns its time limit gets its worker killed and replaced; a job that kills
+its worker (a segfault in generated code) is reported with the signal and the worker replaced.
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import signal
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from multiprocessing.connection import wait
+
+TIMEOUT = "timeout"
+CRASHED = "crashed"
+ERROR = "error"  # the job raised; the worker is fine
+
+STARTUP_TIMEOUT_S = 300.0  # importing TVM on a loaded 2-core machine can take a while
+
+
+@dataclass(frozen=True)
+class JobFailure:
+    """Marker returned by ``WorkerPool.map`` in place of a result that could not be had."""
+
+    kind: str  # TIMEOUT, CRASHED or ERROR
+    message: str
+    exitcode: int | None = None
+
+
+def describe_exit(exitcode: int | None) -> str:
+    """``"SIGSEGV"`` for a worker killed by a signal, ``"exit code 3"`` otherwise."""
+    if exitcode is not None and exitcode < 0:
+        try:
+            return signal.Signals(-exitcode).name
+        except ValueError:
+            return f"signal {-exitcode}"
+    return f"exit code {exitcode}"
+
+
+def first_line(err: BaseException) -> str:
+    """The first line of an error that says something (TVM messages start with tracebacks)."""
+    for line in str(err).splitlines():
+        line = line.strip()
+        if line and not line.startswith(("Traceback", "File ", "note:", "^")):
+            return f"{type(err).__name__}: {line}"[:300]
+    return type(err).__name__
+
+
+def _serve(conn, initializer) -> None:
+    """Body of a worker process: initialize, say ready, then answer ``(fn, job)`` requests."""
+    if initializer is not None:
+        initializer()
+    conn.send(("ready", None))
+    while True:
+        try:
+            request = conn.recv()
+        except EOFError:
+            return
+        if request is None:
+            return
+        fn, job = request
+        try:
+            reply = ("ok", fn(job))
+        except Exception as err:  # report, keep serving: one bad job must not cost a restart
+            reply = ("error", first_line(err))
+        conn.send(reply)
+
+
+class _Worker:
+    def __init__(self, ctx, initializer):
+        self.conn, child = ctx.Pipe()
+        self.process = ctx.Process(target=_serve, args=(child, initializer), daemon=True)
+        self.process.start()
+        child.close()  # so that the worker's death shows up as EOF on our end
+
+    def await_ready(self) -> None:
+        if not self.conn.poll(STARTUP_TIMEOUT_S):
+            self.kill()
+            raise RuntimeError(f"worker did not start within {STARTUP_TIMEOUT_S:.0f} s")
+        try:
+            self.conn.recv()
+        except EOFError:
+            self.process.join()
+            raise RuntimeError(f"worker failed to start ({describe_exit(self.process.exitcode)})") from None
+
+    def kill(self) -> int | None:
+        self.process.kill()
+        self.process.join()
+        self.conn.close()
+        return self.process.exitcode
+
+    def stop(self) -> None:
+        try:
+            self.conn.send(None)
+        except OSError:
+            pass
+        self.process.join(timeout=2.0)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join()
+        self.conn.close()
+
+
+class WorkerPool:
+    """``workers`` persistent processes; ``map`` runs jobs on them with a per-job time limit."""
+
+    def __init__(self, workers: int = 1, initializer: Callable[[], None] | None = None):
+        if workers < 1:
+            raise ValueError(f"workers must be >= 1, got {workers}")
+        self.size = workers
+        self._initializer = initializer
+        self._ctx = mp.get_context("spawn")
+        self._workers: list[_Worker] = []
+
+    def start(self) -> None:
+        """Start the workers now (``map`` otherwise starts them on first use)."""
+        if not self._workers:
+            self._workers = [_Worker(self._ctx, self._initializer) for _ in range(self.size)]
+            for w in self._workers:
+                w.await_ready()
+
+    def _replace(self, slot: int) -> None:
+        w = _Worker(self._ctx, self._initializer)
+        w.await_ready()
+        self._workers[slot] = w
+
+    def map(self, fn: Callable, jobs: Sequence, timeout_s: float) -> list:
+        """``fn(job)`` for each job, in order; a ``JobFailure`` where a job failed to deliver.
+
+        ``fn`` must be a module-level function (it is pickled by reference).
+        """
+        if not jobs:
+            return []
+        self.start()
+        results: list = [None] * len(jobs)
+        pending = deque(range(len(jobs)))
+        idle = deque(range(self.size))
+        running: dict[int, tuple[int, float]] = {}  # slot -> (job index, deadline)
+        while pending or running:
+            while pending and idle:
+                slot, index = idle.popleft(), pending.popleft()
+                if not self._workers[slot].process.is_alive():  # died while idle
+                    self._workers[slot].kill()
+                    self._replace(slot)
+                self._workers[slot].conn.send((fn, jobs[index]))
+                running[slot] = (index, time.monotonic() + timeout_s)
+            soonest = min(deadline for _, deadline in running.values())
+            wait([self._workers[s].conn for s in running], timeout=max(0.0, soonest - time.monotonic()))
+            for slot, (index, deadline) in list(running.items()):
+                worker = self._workers[slot]
+                if worker.conn.poll():
+                    try:
+                        status, value = worker.conn.recv()
+                    except (EOFError, OSError):
+                        code = worker.kill()
+                        results[index] = JobFailure(CRASHED, f"worker died ({describe_exit(code)})", code)
+                        self._replace(slot)
+                    else:
+                        results[index] = value if status == "ok" else JobFailure(ERROR, value)
+                elif time.monotonic() >= deadline:
+                    worker.kill()
+                    results[index] = JobFailure(TIMEOUT, f"no result within {timeout_s:g} s")
+                    self._replace(slot)
+                else:
+                    continue
+                del running[slot]
+                idle.append(slot)
+        return results
+
+    def close(self) -> None:
+        """Stop every worker; the pool starts afresh if used again."""
+        for w in self._workers:
+            w.stop()
+        self._workers = []
+
+    def __enter__(self) -> "WorkerPool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,127 @@
+"""Runners time built candidates; ``LocalRunner`` does it on this machine, one at a time."""
+from __future__ import annotations
+
+import functools
+import time
+from typing import Protocol, runtime_checkable
+
+from ..settings import MeasureSettings
+from .pool import CRASHED, TIMEOUT, JobFailure, WorkerPool
+from .types import BuildResult, ErrorKind, MeasureInput, MeasureResult
+
+
+@runtime_checkable
+class Runner(Protocol):
+    """Anything that turns built candidates into ``MeasureResult``s (local, RPC, a fake timer)."""
+
+    def run(self, inputs: list[MeasureInput], builds: list[BuildResult],
+            verify: list[bool] | None = None) -> list[MeasureResult]:
+        """One result per input, in order; build errors pass through unmeasured."""
+        ...
+
+
+def _load_runtime() -> None:
+    import numpy  # noqa: F401
+    import tvm  # noqa: F401
+
+    from .. import workload  # noqa: F401
+
+
+@functools.lru_cache(maxsize=8)
+def _data(workload, seed: int):
+    # Cached per worker process: inputs and the numpy reference are the same for every
+    # candidate of a workload, and the reference of a large conv2d is not cheap.
+    inputs = workload.random_inputs(seed)
+    return inputs, workload.reference(*inputs), workload.output_shape
+
+
+def _run_one(job: dict) -> tuple[str, tuple[float, ...], bool, str]:
+    """Worker side: ``(error kind, costs, verified, message)`` for one library."""
+    import numpy as np
+    import tvm
+
+    from ..workload import workload_from_dict
+
+    workload = workload_from_dict(job["workload"])
+    inputs, reference, out_shape = _data(workload, job["seed"])
+    dev = tvm.cpu()
+    fn = tvm.runtime.load_module(job["path"])
+    args = [tvm.runtime.tensor(x, dev) for x in inputs]
+    out = tvm.runtime.tensor(np.zeros(out_shape, workload.dtype), dev)
+    for _ in range(job["warmup"]):
+        fn["main"](*args, out)
+    timer = fn.time_evaluator("main", dev, number=job["number"], repeat=job["repeat"],
+                              min_repeat_ms=job["min_repeat_ms"])
+    costs = tuple(float(c) for c in timer(*args, out).results)
+    if not job["verify"]:
+        return ErrorKind.NONE.value, costs, False, ""
+    # a fresh zero output, so a kernel that skips writes cannot pass on the timing runs' results
+    out = tvm.runtime.tensor(np.zeros(out_shape, workload.dtype), dev)
+    fn["main"](*args, out)
+    got = out.numpy()
+    if not np.allclose(got, reference, rtol=job["rtol"], atol=job["atol"]):
+        error = float(np.max(np.abs(got.astype(np.float64) - reference)))
+        return ErrorKind.WRONG_RESULT.value, costs, False, f"max abs error {error:.3g} vs reference"
+    return ErrorKind.NONE.value, costs, True, ""
+
+
+class LocalRunner:
+    """Times candidates in one persistent worker process, strictly one after another.
+
+    A candidate that segfaults or hangs costs a worker restart, never the caller; its ``run_s``
+    includes that restart.
+    """
+
+    def __init__(self, settings: MeasureSettings, seed: int = 0):
+        self.settings = settings
+        self.seed = seed
+        self._pool = WorkerPool(1, initializer=_load_runtime)
+
+    def run(self, inputs: list[MeasureInput], builds: list[BuildResult],
+            verify: list[bool] | None = None) -> list[MeasureResult]:
+        """One result per input; ``verify`` defaults to every input when settings.verify == "all"."""
+        s = self.settings
+        if verify is None:
+            verify = [s.verify == "all"] * len(inputs)
+        if any(b.error is ErrorKind.NONE for b in builds):
+            self._pool.start()  # so the first run_s does not include importing TVM
+        results = []
+        for inp, build, check in zip(inputs, builds, verify, strict=True):
+            if build.error is not ErrorKind.NONE:
+                results.append(MeasureResult((), build.error, build.message, build_s=build.build_s,
+                                             timestamp=time.time()))
+                continue
+            job = {"path": build.path, "workload": inp.task.workload.to_dict(), "seed": self.seed,
+                   "warmup": s.warmup, "number": s.number, "repeat": s.repeat,
+                   "min_repeat_ms": s.min_repeat_ms, "verify": bool(check), "rtol": s.rtol,
+                   "atol": s.atol}
+            start = time.perf_counter()
+            (reply,) = self._pool.map(_run_one, [job], s.run_timeout_s)
+            run_s = time.perf_counter() - start
+            results.append(_to_result(reply, build.build_s, run_s, s.run_timeout_s))
+        return results
+
+    def close(self) -> None:
+        self._pool.close()
+
+    def __enter__(self) -> "LocalRunner":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _to_result(reply, build_s: float, run_s: float, timeout_s: float) -> MeasureResult:
+    stamp = time.time()
+    if isinstance(reply, JobFailure):
+        if reply.kind == TIMEOUT:
+            kind, message = ErrorKind.TIMEOUT, f"run exceeded {timeout_s:g} s"
+        elif reply.kind == CRASHED:
+            kind, message = ErrorKind.RUNTIME_ERROR, f"candidate crashed the runner: {reply.message}"
+        else:
+            kind, message = ErrorKind.RUNTIME_ERROR, reply.message[:300]
+        return MeasureResult((), kind, message, build_s=build_s, run_s=run_s, timestamp=stamp)
+    kind, costs, verified, message = reply
+    kind = ErrorKind(kind)
+    costs = costs if kind is ErrorKind.NONE else ()
+    return MeasureResult(costs, kind, message, build_s, run_s, verified, stamp)

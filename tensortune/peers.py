@@ -1,0 +1,205 @@
+"""What a benchmark compares tensortune against, each measured in this process.
+
+* ``fma_peak_gflops``: the FP32 FMA roofline, from a hand-written AVX-512 loop (C, gcc, OpenMP).
+* ``torch_time``: the same operator in PyTorch eager (oneDNN / MKL kernels).
+* ``metaschedule_tune``: TVM's own auto-scheduler on the same TIR function.
+"""
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .workload import Workload
+
+# 16 independent zmm accumulators: FMA latency (4 cycles) x 2 FMA ports needs at least 8
+# chains in flight; 16 leaves headroom and still fits the 32 zmm registers.
+_FMA_SOURCE = r"""
+#include <immintrin.h>
+#include <omp.h>
+
+#define ACC 16
+
+double fma_loop(long iters, int threads, float *sink, int *team) {
+    double t0 = omp_get_wtime();
+    #pragma omp parallel num_threads(threads)
+    {
+        __m512 acc[ACC];
+        const __m512 a = _mm512_set1_ps(0.999999f), b = _mm512_set1_ps(1e-6f);
+        for (int j = 0; j < ACC; j++) acc[j] = _mm512_set1_ps((float)(j + omp_get_thread_num()));
+        for (long i = 0; i < iters; i++) {
+            #pragma GCC unroll 16
+            for (int j = 0; j < ACC; j++) acc[j] = _mm512_fmadd_ps(acc[j], a, b);
+        }
+        __m512 s = acc[0];
+        for (int j = 1; j < ACC; j++) s = _mm512_add_ps(s, acc[j]);
+        sink[omp_get_thread_num()] = _mm512_reduce_add_ps(s);  /* keeps the loop alive */
+        if (omp_get_thread_num() == 0) *team = omp_get_num_threads();
+    }
+    return omp_get_wtime() - t0;
+}
+"""
+_FLOPS_PER_ITER = 16 * 16 * 2  # accumulators x fp32 lanes x (mul + add)
+
+
+def _compile_fma(workdir: Path) -> ctypes.CDLL:
+    src, lib = workdir / "fma.c", workdir / "fma.so"
+    src.write_text(_FMA_SOURCE)
+    cmd = ["gcc", "-O2", "-mavx512f", "-mfma", "-fopenmp", "-shared", "-fPIC", str(src), "-o", str(lib)]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"building the FMA loop failed: {' '.join(cmd)}\n{done.stderr}")
+    dll = ctypes.CDLL(str(lib))
+    dll.fma_loop.restype = ctypes.c_double
+    dll.fma_loop.argtypes = [ctypes.c_long, ctypes.c_int, ctypes.POINTER(ctypes.c_float),
+                            ctypes.POINTER(ctypes.c_int)]
+    return dll
+
+
+def fma_peak_gflops(threads: int, seconds: float = 0.2, repeat: int = 5) -> float:
+    """Best observed FP32 GFLOP/s of ``threads`` threads running independent AVX-512 FMAs."""
+    if threads < 1:
+        raise ValueError(f"threads must be at least 1, got {threads}")
+    with tempfile.TemporaryDirectory(prefix="tensortune-fma-") as tmp:
+        dll = _compile_fma(Path(tmp))
+        sink, team = (ctypes.c_float * threads)(), ctypes.c_int(0)
+
+        def run(iters: int) -> float:
+            return dll.fma_loop(iters, threads, sink, ctypes.byref(team))
+
+        iters = 1 << 16
+        # grow the loop until one run takes long enough that thread start-up is noise
+        while (elapsed := run(iters)) < seconds / 4:
+            iters *= 4
+        iters = max(int(iters * seconds / elapsed), 1)
+        best = min(run(iters) for _ in range(repeat))
+    # count the threads OpenMP actually ran, not the ones asked for
+    return iters * _FLOPS_PER_ITER * team.value / best / 1e9
+
+
+# -- PyTorch ------------------------------------------------------------------------------------
+def _torch_op(workload: Workload):
+    import torch
+    import torch.nn.functional as F
+
+    op = workload.op
+    if op == "matmul":
+        return torch.matmul
+    if op == "batch_matmul":
+        return torch.bmm
+    if op == "dense":
+        return F.linear  # (x, w[, b]): the same argument order as the workload's inputs
+    if op == "conv2d":
+        w = workload
+        return lambda x, k: F.conv2d(x, k, None, w.stride, w.padding, w.dilation, w.groups)
+    raise ValueError(f"no PyTorch peer for operator {op!r}")
+
+
+def torch_time(workload: Workload, threads: int = 2, repeat: int = 20,
+               min_repeat_s: float = 0.02) -> float:
+    """Median seconds per call of ``workload`` in PyTorch eager with ``threads`` threads.
+
+    Each repeat times enough back-to-back calls to last ``min_repeat_s``; the result is checked
+    against ``workload.reference`` first, so a mis-mapped operator cannot post a fast time.
+    """
+    import torch
+
+    fn = _torch_op(workload)
+    inputs = workload.random_inputs(seed=0)
+    args = [torch.from_numpy(a) for a in inputs]
+    saved = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        with torch.inference_mode():
+            out = fn(*args).numpy()
+            _check(workload, out, inputs, "PyTorch")
+            number = 1
+            while True:
+                t0 = time.perf_counter()
+                for _ in range(number):
+                    fn(*args)
+                elapsed = time.perf_counter() - t0
+                if elapsed >= min_repeat_s:
+                    break
+                number *= 2
+            samples = []
+            for _ in range(repeat):
+                t0 = time.perf_counter()
+                for _ in range(number):
+                    fn(*args)
+                samples.append((time.perf_counter() - t0) / number)
+    finally:
+        torch.set_num_threads(saved)
+    return statistics.median(samples)
+
+
+def _check(workload: Workload, out: np.ndarray, inputs, who: str) -> None:
+    ref = workload.reference(*inputs)
+    scale = max(float(np.abs(ref).max()), 1.0)
+    if out.shape != ref.shape or not np.allclose(out, ref, rtol=1e-3, atol=1e-4 * scale):
+        err = float(np.abs(out - ref).max()) if out.shape == ref.shape else float("nan")
+        raise RuntimeError(f"{who} result of {workload.describe()} differs from the reference "
+                           f"(shape {out.shape} vs {ref.shape}, max abs error {err})")
+
+
+# -- MetaSchedule ------------------------------------------------------------------------------
+def _quiet_metaschedule() -> None:
+    """Keep MetaSchedule's INFO chatter in work_dir/logs and off stdout.
+
+    ``tune_tir`` reconfigures its loggers on every call, sizing the stdout handler from the level
+    of the "tvm.s_tir.meta_schedule" logger at that moment (and then resetting it to DEBUG), so
+    this must run right before each call.
+    """
+    logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
+
+
+def metaschedule_tune(workload: Workload, target: dict, trials: int, work_dir: str | os.PathLike,
+                      seed: int | None = None, repeat: int = 10,
+                      min_repeat_ms: int = 200) -> tuple[float, float]:
+    """Tune ``workload`` with MetaSchedule for ``trials`` trials.
+
+    Returns ``(median seconds per call of the best schedule, wall seconds spent tuning)``.
+    The tuned kernel is checked against ``workload.reference`` before it is timed.
+    """
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+
+    tgt = tvm.target.Target(target)
+    func = workload.prim_func()
+    Path(work_dir).mkdir(parents=True, exist_ok=True)
+    _quiet_metaschedule()
+    t0 = time.perf_counter()
+    db = ms.tune_tir(mod=func, target=tgt, work_dir=str(work_dir), max_trials_global=trials,
+                     num_trials_per_iter=min(64, trials), seed=seed)
+    tune_wall = time.perf_counter() - t0
+    sch = ms.tir_integration.compile_tir(db, func, tgt)
+    if sch is None:
+        raise RuntimeError(f"MetaSchedule found no valid schedule for {workload.describe()} "
+                           f"in {trials} trials (logs in {work_dir}/logs)")
+    module = tvm.compile(sch.mod, target=tgt).jit()
+    return time_tvm_module(module, workload, "MetaSchedule", repeat, min_repeat_ms), tune_wall
+
+
+def time_tvm_module(module, workload: Workload, who: str, repeat: int = 10,
+                    min_repeat_ms: int = 200) -> float:
+    """Median seconds per call of ``module["main"]``, after checking it against the reference.
+
+    Benchmarks time every TVM kernel (tensortune's and MetaSchedule's) through this one function.
+    """
+    import tvm
+
+    dev = tvm.cpu()
+    inputs = workload.random_inputs(seed=0)
+    args = [tvm.runtime.tensor(a, dev) for a in inputs]
+    out = tvm.runtime.tensor(np.zeros(workload.output_shape, workload.dtype), dev)
+    module["main"](*args, out)
+    _check(workload, out.numpy(), inputs, who)
+    timer = module.time_evaluator("main", dev, number=1, repeat=repeat, min_repeat_ms=min_repeat_ms)
+    return float(timer(*args, out).median)

@@ -1,0 +1,245 @@
+"""Tuning records: an append-only JSON-lines log, one line per measurement (schema version 1).
+
+Each line holds everything needed to rebuild the measured kernel without the tuner: the
+workload, target, template, TVM version and config, plus the outcome (costs or error).
+Lines are written with one ``write`` and an ``fsync`` so a killed run loses at most the line
+being written; a torn or otherwise corrupt line is reported and skipped when loading.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .measure.types import ErrorKind, MeasureInput, MeasureResult
+from .space import Config
+from .workload import Task, Workload, WorkloadError, workload_from_dict
+from .workload.task import tvm_version
+
+SCHEMA_VERSION = 1
+MESSAGE_MAX = 4000  # compiler tracebacks can be huge; the head says what went wrong
+FIELDS = ("v", "task", "workload", "workload_key", "target", "template", "tvm", "config", "costs",
+          "error", "message", "build_s", "run_s", "verified", "ts")
+
+log = logging.getLogger(__name__)
+
+
+class RecordError(ValueError):
+    """A record line that cannot be decoded (the message says why)."""
+
+
+@dataclass(frozen=True)
+class Record:
+    """One decoded record line."""
+
+    task_key: str
+    workload: Workload
+    target: dict = field(hash=False)
+    template: str
+    tvm: str
+    config: Config
+    costs: tuple[float, ...]
+    error: ErrorKind
+    message: str
+    build_s: float
+    run_s: float
+    verified: bool
+    ts: float
+
+    @staticmethod
+    def from_measure(inp: MeasureInput, res: MeasureResult) -> "Record":
+        """The record of one measurement; a result without timestamp is stamped now."""
+        return Record(
+            task_key=inp.task.key, workload=inp.task.workload, target=dict(inp.task.target),
+            template=inp.task.template, tvm=tvm_version(), config=inp.config,
+            costs=tuple(float(c) for c in res.costs), error=ErrorKind(res.error),
+            message=res.message[:MESSAGE_MAX], build_s=float(res.build_s), run_s=float(res.run_s),
+            verified=bool(res.verified), ts=float(res.timestamp or time.time()))
+
+    def to_json(self) -> dict:
+        return {
+            "v": SCHEMA_VERSION, "task": self.task_key, "workload": self.workload.to_dict(),
+            "workload_key": self.workload.key, "target": self.target, "template": self.template,
+            "tvm": self.tvm, "config": self.config.to_json(), "costs": list(self.costs),
+            "error": self.error.value, "message": self.message, "build_s": self.build_s,
+            "run_s": self.run_s, "verified": self.verified, "ts": self.ts,
+        }
+
+    @staticmethod
+    def from_json(obj) -> "Record":
+        """Decode one parsed line; raises ``RecordError`` naming the first problem found."""
+        if not isinstance(obj, dict):
+            raise RecordError(f"expected a JSON object, got {type(obj).__name__}")
+        if obj.get("v") != SCHEMA_VERSION:
+            raise RecordError(f"schema version {obj.get('v')!r}, expected {SCHEMA_VERSION}")
+        missing = [f for f in FIELDS if f not in obj]
+        if missing:
+            raise RecordError(f"missing field(s) {', '.join(missing)}")
+        try:
+            workload = workload_from_dict(_typed(obj, "workload", dict))
+        except (WorkloadError, TypeError) as err:
+            raise RecordError(f"bad workload: {err}") from err
+        if workload.key != obj["workload_key"]:
+            raise RecordError(f"workload_key {obj['workload_key']!r} does not match the workload "
+                              f"({workload.key})")
+        try:
+            error = ErrorKind(obj["error"])
+        except ValueError:
+            raise RecordError(f"unknown error kind {obj['error']!r}") from None
+        costs = _typed(obj, "costs", list)
+        if not all(_is_number(c) and c >= 0 and math.isfinite(c) for c in costs):
+            raise RecordError(f"costs must be finite non-negative numbers, got {costs!r}")
+        return Record(
+            task_key=_typed(obj, "task", str), workload=workload, target=_typed(obj, "target", dict),
+            template=_typed(obj, "template", str), tvm=_typed(obj, "tvm", str),
+            config=Config.from_json(_typed(obj, "config", dict)),
+            costs=tuple(float(c) for c in costs), error=error, message=_typed(obj, "message", str),
+            build_s=float(_number(obj, "build_s")), run_s=float(_number(obj, "run_s")),
+            verified=_typed(obj, "verified", bool), ts=float(_number(obj, "ts")))
+
+    @property
+    def ok(self) -> bool:
+        return self.error is ErrorKind.NONE and bool(self.costs)
+
+    @property
+    def mean(self) -> float:
+        """Mean cost in seconds; infinity for failed measurements."""
+        return sum(self.costs) / len(self.costs) if self.ok else math.inf
+
+    def to_task(self) -> Task:
+        return Task(self.workload, dict(self.target), self.template)
+
+    def to_input(self) -> MeasureInput:
+        return MeasureInput(self.to_task(), self.config)
+
+    def to_result(self) -> MeasureResult:
+        return MeasureResult(costs=self.costs, error=self.error, message=self.message,
+                             build_s=self.build_s, run_s=self.run_s, verified=self.verified,
+                             timestamp=self.ts)
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _number(obj: dict, name: str):
+    v = obj[name]
+    if not _is_number(v):
+        raise RecordError(f"field {name!r} must be a number, got {v!r}")
+    return v
+
+
+def _typed(obj: dict, name: str, kind: type):
+    v = obj[name]
+    if not isinstance(v, kind):
+        raise RecordError(f"field {name!r} must be {kind.__name__}, got {type(v).__name__}")
+    return v
+
+
+class RecordWriter:
+    """Appends records to a JSON-lines file; every line is flushed to disk before returning."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # O_APPEND and one write per line: a second writer (or a resumed run) never
+        # interleaves inside a line, and nothing already in the file is touched.
+        self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def append(self, inp: MeasureInput, res: MeasureResult) -> Record:
+        """Write one measurement and return its record."""
+        record = Record.from_measure(inp, res)
+        self.write(record)
+        return record
+
+    def write(self, record: Record) -> None:
+        if self._fd is None:
+            raise ValueError(f"record writer for {self.path} is closed")
+        data = (json.dumps(record.to_json(), separators=(",", ":")) + "\n").encode()
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self._fd, view):]
+        os.fsync(self._fd)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> "RecordWriter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def load_records(path: str | os.PathLike,
+                 on_corrupt: Callable[[int, str], None] | None = None) -> list[Record]:
+    """All decodable records of ``path`` in file order.
+
+    A corrupt line is logged as a warning, passed to ``on_corrupt(lineno, reason)`` (1-based)
+    and skipped; blank lines are ignored. A missing file raises ``FileNotFoundError``.
+    """
+    records = []
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            if not raw.strip():
+                continue
+            try:
+                records.append(Record.from_json(json.loads(raw)))
+            except (json.JSONDecodeError, UnicodeDecodeError) as err:
+                _report(path, lineno, f"invalid JSON: {err}", on_corrupt)
+            except RecordError as err:
+                _report(path, lineno, str(err), on_corrupt)
+    return records
+
+
+def _report(path, lineno: int, reason: str, on_corrupt) -> None:
+    log.warning("%s:%d: skipping corrupt record: %s", path, lineno, reason)
+    if on_corrupt is not None:
+        on_corrupt(lineno, reason)
+
+
+def records_for(records: Iterable[Record], task: Task) -> list[Record]:
+    """The records of ``task``: same workload, target, template and TVM version."""
+    key = task.key
+    return [r for r in records if r.task_key == key]
+
+
+def measured_configs(records: Iterable[Record], task: Task) -> set[Config]:
+    """Configs of ``task`` already measured, failures included (a resumed run skips them all)."""
+    return {r.config for r in records_for(records, task)}
+
+
+def best_record(records: Iterable[Record], task: Task) -> Record | None:
+    """The error-free record of ``task`` with the lowest mean cost (the first one on ties)."""
+    ok = [r for r in records_for(records, task) if r.ok]
+    return min(ok, key=lambda r: r.mean) if ok else None
+
+
+def best_from_log(path: str | os.PathLike, task: Task) -> Record | None:
+    return best_record(load_records(path), task)
+
+
+def build_best(path: str | os.PathLike, task: Task):
+    """Compile the best config of ``task`` found in ``path``.
+
+    Returns ``(module, config, record)``; ``module["main"](*tvm_tensors)`` runs the kernel.
+    Raises ``LookupError`` when the log has no error-free record of the task.
+    """
+    import tvm
+
+    from .space import apply_config
+
+    record = best_from_log(path, task)
+    if record is None:
+        raise LookupError(f"{path}: no error-free record of {task.workload.describe()} "
+                          f"(task {task.key}, template {task.template}, TVM {tvm_version()})")
+    sch = apply_config(task, record.config)
+    module = tvm.compile(sch.mod, target=task.tvm_target()).jit()
+    return module, record.config, record

@@ -1,0 +1,156 @@
+"""Measurement: the worker pool, the builder and the runner, including candidates that crash,
+hang or compute wrong results (see tests/faulty_templates.py)."""
+from __future__ import annotations
+
+import ctypes
+import math
+import os
+import time
+
+import numpy as np
+import pytest
+
+from tensortune.measure import (BuildResult, ErrorKind, JobFailure, LocalBuilder, LocalRunner,
+                                MeasureInput, MeasureResult, Runner, WorkerPool)
+from tensortune.measure.pool import CRASHED, ERROR, TIMEOUT
+from tensortune.settings import MeasureSettings
+from tensortune.space import Config, task_space
+from tensortune.workload import Matmul, Task, default_target
+
+WORKLOAD = Matmul(m=32, n=32, k=32)
+SETTINGS = MeasureSettings(run_timeout_s=3.0, number=2, repeat=2, min_repeat_ms=2, warmup=1)
+
+
+def _pid(_job):
+    return os.getpid()
+
+
+# -- pool ------------------------------------------------------------------------------------------
+
+def test_pool_reports_results_errors_timeouts_and_crashes_and_recovers():
+    with WorkerPool(2) as pool:
+        assert pool.map(math.sqrt, [4.0, 9.0, 16.0], timeout_s=10) == [2.0, 3.0, 4.0]
+        pids = set(pool.map(_pid, [0, 1, 2, 3], timeout_s=10))
+        assert len(pids) <= 2 and os.getpid() not in pids
+
+        out = pool.map(math.sqrt, [-1.0], timeout_s=10)
+        assert isinstance(out[0], JobFailure) and out[0].kind == ERROR and "ValueError" in out[0].message
+        assert set(pool.map(_pid, [0, 1], timeout_s=10)) <= pids  # an exception costs no restart
+
+        start = time.monotonic()
+        out = pool.map(time.sleep, [30, 0], timeout_s=1.0)
+        assert time.monotonic() - start < 15
+        assert out[0].kind == TIMEOUT and out[1] is None
+
+        out = pool.map(ctypes.string_at, [0], timeout_s=10)  # reads address 0: SIGSEGV
+        assert out[0].kind == CRASHED and "SIGSEGV" in out[0].message and out[0].exitcode < 0
+
+        assert pool.map(math.sqrt, [25.0, 36.0], timeout_s=10) == [5.0, 6.0]
+        after = set(pool.map(_pid, [0, 1], timeout_s=10))
+        assert len(after) == 2 and len(pids & after) <= 1  # the killed workers were replaced
+
+
+# -- builder and runner ------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def target():
+    return default_target(2)
+
+
+@pytest.fixture(scope="module")
+def good(target):
+    task = Task(WORKLOAD, target)
+    config = task_space(task).sample(np.random.default_rng(3))
+    return MeasureInput(task, config)
+
+
+@pytest.fixture(scope="module")
+def builder():
+    with LocalBuilder(workers=2, timeout_s=20.0) as b:
+        yield b
+
+
+@pytest.fixture(scope="module")
+def runner():
+    with LocalRunner(SETTINGS) as r:
+        yield r
+
+
+def faulty(target, name: str) -> MeasureInput:
+    return MeasureInput(Task(WORKLOAD, target, f"tests.faulty_templates:{name}"), Config(variant=0))
+
+
+def test_import_does_not_load_tvm():
+    import subprocess
+    import sys
+
+    code = "import sys, tensortune.measure; assert 'tvm' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=os.path.dirname(os.path.dirname(__file__)))
+
+
+def test_good_candidate_builds_runs_and_verifies(builder, runner, good):
+    (build,) = builder.build([good])
+    assert build.error is ErrorKind.NONE, build.message
+    assert build.path.endswith(".so") and os.path.exists(build.path) and build.build_s > 0
+    (result,) = runner.run([good], [build])
+    assert result.ok and result.verified, result.message
+    assert len(result.costs) == SETTINGS.repeat and all(c > 0 for c in result.costs)
+    assert result.run_s > 0 and result.build_s == build.build_s
+    assert abs(result.timestamp - time.time()) < 60
+    (unverified,) = runner.run([good], [build], verify=[False])
+    assert unverified.ok and not unverified.verified
+
+
+def test_invalid_config_is_reported_and_passed_through(builder, runner, good):
+    space = task_space(good.task)
+    # a 32x32 register tile is twice what the template allows
+    config = Config({**dict(space.get(0)), "tile_i": (1, 1, 1, 32), "tile_j": (1, 1, 1, 32)})
+    assert config in space
+    bad = MeasureInput(good.task, config)
+    builds = builder.build([bad, good])
+    assert builds[0].error is ErrorKind.INVALID_CONFIG and "register tile" in builds[0].message
+    assert builds[0].path is None and builds[1].error is ErrorKind.NONE
+    results = runner.run([bad, good], builds)
+    assert results[0].error is ErrorKind.INVALID_CONFIG and results[0].message == builds[0].message
+    assert results[0].run_s == 0 and not results[0].costs and results[0].mean == float("inf")
+    assert results[1].ok
+
+
+@pytest.mark.parametrize("name, error, message", [
+    ("crash", ErrorKind.RUNTIME_ERROR, "SIGSEGV"),
+    ("hang", ErrorKind.TIMEOUT, "3 s"),
+    ("wrong", ErrorKind.WRONG_RESULT, "max abs error"),
+])
+def test_faulty_candidate_is_caught_and_runner_survives(builder, runner, good, target, name, error,
+                                                        message):
+    bad = faulty(target, name)
+    builds = builder.build([bad, good])
+    assert [b.error for b in builds] == [ErrorKind.NONE, ErrorKind.NONE], builds
+    start = time.monotonic()
+    results = runner.run([bad, good], builds)
+    assert time.monotonic() - start < 30
+    assert results[0].error is error and message in results[0].message, results[0]
+    assert not results[0].ok and not results[0].verified
+    assert results[1].ok and results[1].verified, results[1]
+
+
+def test_builder_timeout_and_crash_leave_builder_usable(target, good):
+    with LocalBuilder(workers=1, timeout_s=2.0) as b:
+        builds = b.build([faulty(target, "slow_build"), faulty(target, "crash_build"), good])
+    assert builds[0].error is ErrorKind.TIMEOUT and builds[0].path is None
+    assert builds[1].error is ErrorKind.COMPILE_ERROR and "SIGSEGV" in builds[1].message
+    assert builds[2].error is ErrorKind.NONE and builds[2].path
+    assert not os.path.exists(b.workdir)  # close() removed its own temporary directory
+
+
+class FakeRunner:
+    """Times nothing: the kind of double the search's tests inject."""
+
+    def run(self, inputs, builds, verify=None):
+        return [MeasureResult((1e-3,)) for _ in inputs]
+
+
+def test_runner_protocol_admits_local_and_fake_runners():
+    assert isinstance(LocalRunner(SETTINGS), Runner)  # no worker starts before the first run
+    assert isinstance(FakeRunner(), Runner)
+    assert not isinstance(object(), Runner)

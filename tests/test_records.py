@@ -1,0 +1,163 @@
+"""Records: round trip, corrupt lines, resume helpers, append-only writes, rebuilding the best."""
+import json
+import logging
+
+import numpy as np
+import pytest
+
+from tensortune.measure.types import ErrorKind, MeasureInput, MeasureResult
+from tensortune.records import (Record, RecordWriter, best_from_log, best_record, build_best,
+                                load_records, measured_configs, records_for)
+from tensortune.space import InvalidConfigError, apply_config, task_space
+from tensortune.workload import Matmul, Task
+
+TARGET = {"kind": "llvm", "num-cores": 1}
+TASK = Task(Matmul(m=16, n=16, k=16), TARGET)
+OTHER_SHAPE = Task(Matmul(m=16, n=16, k=32), TARGET)
+OTHER_TARGET = Task(Matmul(m=16, n=16, k=16), {"kind": "llvm", "num-cores": 2})
+
+
+@pytest.fixture(scope="module")
+def configs():
+    """Four distinct configs of TASK that its template can apply."""
+    space = task_space(TASK)
+    out = []
+    for index in range(0, len(space), max(len(space) // 97, 1)):
+        cfg = space.get(index)
+        try:
+            apply_config(TASK, cfg, space)
+        except InvalidConfigError:
+            continue
+        out.append(cfg)
+        if len(out) == 4:
+            return out
+    pytest.fail("found fewer than 4 applicable configs")
+
+
+def ok(*costs, ts=1700000000.0):
+    return MeasureResult(costs=tuple(costs), build_s=0.25, run_s=0.5, verified=True, timestamp=ts)
+
+
+def failed(kind=ErrorKind.COMPILE_ERROR):
+    return MeasureResult(costs=(), error=kind, message="LLVM said no", build_s=0.1,
+                         timestamp=1700000001.0)
+
+
+def test_round_trip(tmp_path, configs):
+    path = tmp_path / "sub" / "dir" / "log.jsonl"  # parents are created
+    written = [(MeasureInput(TASK, configs[0]), ok(1e-3, 2e-3, 1.5e-3)),
+               (MeasureInput(TASK, configs[1]), failed()),
+               (MeasureInput(OTHER_SHAPE, configs[2]), ok(4e-3))]
+    with RecordWriter(path) as writer:
+        for inp, res in written:
+            writer.append(inp, res)
+    records = load_records(path)
+    assert [(r.to_input(), r.to_result()) for r in records] == written
+    assert records[0].to_input().task.key == TASK.key
+    assert records[1].error is ErrorKind.COMPILE_ERROR and records[1].mean == float("inf")
+    line = json.loads(path.read_text().splitlines()[0])
+    assert line["v"] == 1 and line["workload_key"] == TASK.workload.key
+    assert line["workload"] == {"op": "matmul", "dtype": "float32", "m": 16, "n": 16, "k": 16}
+    assert line["error"] == "none" and line["costs"] == [1e-3, 2e-3, 1.5e-3]
+    assert Record.from_json(line) == records[0]
+
+
+def test_unstamped_result_gets_the_write_time(tmp_path, configs):
+    with RecordWriter(tmp_path / "log.jsonl") as writer:
+        rec = writer.append(MeasureInput(TASK, configs[0]), MeasureResult(costs=(1e-3,)))
+    assert rec.ts > 1.7e9
+    assert load_records(tmp_path / "log.jsonl")[0].ts == rec.ts
+
+
+def test_corrupt_lines_are_reported_with_line_numbers_and_skipped(tmp_path, configs, caplog):
+    path = tmp_path / "log.jsonl"
+    with RecordWriter(path) as writer:
+        for cfg in configs[:3]:
+            writer.append(MeasureInput(TASK, cfg), ok(1e-3))
+    good = path.read_text().splitlines()
+    obj = json.loads(good[0])
+    bad = {
+        "torn": good[1][: len(good[1]) // 2],
+        "version": json.dumps({**obj, "v": 2}),
+        "missing": json.dumps({k: v for k, v in obj.items() if k not in ("costs", "config")}),
+        "operator": json.dumps({**obj, "workload": {**obj["workload"], "op": "softmax"}}),
+        "error kind": json.dumps({**obj, "error": "exploded"}),
+        "not object": "[1, 2, 3]",
+    }
+    lines = [good[0], bad["torn"], good[1], bad["version"], bad["missing"], "",
+             bad["operator"], good[2], bad["error kind"], bad["not object"]]
+    path.write_text("\n".join(lines) + "\n")
+    reports = []
+    with caplog.at_level(logging.WARNING, logger="tensortune.records"):
+        records = load_records(path, on_corrupt=lambda n, why: reports.append((n, why)))
+    assert [r.config for r in records] == configs[:3]
+    assert [n for n, _ in reports] == [2, 4, 5, 7, 9, 10]
+    why = dict(reports)
+    assert "JSON" in why[2]
+    assert "schema version 2" in why[4]
+    assert "costs" in why[5] and "config" in why[5]
+    assert "softmax" in why[7]
+    assert "exploded" in why[9]
+    assert "object" in why[10]
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warned) == 6 and f"{path}:4:" in warned[1]
+
+
+def test_resume_helpers_filter_by_task(tmp_path, configs):
+    path = tmp_path / "log.jsonl"
+    with RecordWriter(path) as writer:
+        writer.append(MeasureInput(TASK, configs[0]), ok(3e-3))
+        writer.append(MeasureInput(TASK, configs[1]), ok(1e-3, 3e-3))  # mean 2e-3: best of TASK
+        writer.append(MeasureInput(TASK, configs[2]), failed(ErrorKind.TIMEOUT))
+        writer.append(MeasureInput(OTHER_TARGET, configs[3]), ok(1e-6))  # faster, other target
+        writer.append(MeasureInput(OTHER_SHAPE, configs[3]), ok(1e-7))
+    records = load_records(path)
+    assert len(records_for(records, TASK)) == 3
+    # failed measurements count as measured: a resumed run must not retry them
+    assert measured_configs(records, TASK) == set(configs[:3])
+    assert measured_configs(records, OTHER_TARGET) == {configs[3]}
+    best = best_record(records, TASK)
+    assert best.config == configs[1] and best.mean == pytest.approx(2e-3)
+    assert best_from_log(path, OTHER_SHAPE).costs == (1e-7,)
+    assert best_record(records, Task(Matmul(m=8, n=8, k=8), TARGET)) is None
+
+
+def test_best_record_ignores_errors(tmp_path, configs):
+    path = tmp_path / "log.jsonl"
+    with RecordWriter(path) as writer:
+        writer.append(MeasureInput(TASK, configs[0]), failed(ErrorKind.WRONG_RESULT))
+    assert best_from_log(path, TASK) is None
+    assert measured_configs(load_records(path), TASK) == {configs[0]}
+
+
+def test_second_writer_appends(tmp_path, configs):
+    path = tmp_path / "log.jsonl"
+    with RecordWriter(path) as writer:
+        writer.append(MeasureInput(TASK, configs[0]), ok(1e-3))
+    first = path.read_text()
+    with RecordWriter(path) as writer:
+        writer.append(MeasureInput(TASK, configs[1]), ok(2e-3))
+    assert path.read_text().startswith(first)
+    assert [r.config for r in load_records(path)] == configs[:2]
+    writer.close()  # closing twice is harmless
+    with pytest.raises(ValueError, match="closed"):
+        writer.append(MeasureInput(TASK, configs[2]), ok(1e-3))
+
+
+def test_build_best_runs_the_best_config(tmp_path, configs):
+    import tvm
+
+    path = tmp_path / "log.jsonl"
+    with RecordWriter(path) as writer:
+        writer.append(MeasureInput(TASK, configs[0]), ok(5e-3))
+        writer.append(MeasureInput(TASK, configs[2]), ok(1e-3))
+        writer.append(MeasureInput(TASK, configs[3]), failed())
+    module, config, record = build_best(path, TASK)
+    assert config == configs[2] and record.costs == (1e-3,)
+    a, b = TASK.workload.random_inputs(seed=3)
+    dev = tvm.cpu()
+    out = tvm.runtime.tensor(np.zeros((16, 16), "float32"), dev)
+    module["main"](tvm.runtime.tensor(a, dev), tvm.runtime.tensor(b, dev), out)
+    np.testing.assert_allclose(out.numpy(), a @ b, rtol=1e-4, atol=1e-5)
+    with pytest.raises(LookupError, match="no error-free record"):
+        build_best(path, OTHER_SHAPE)

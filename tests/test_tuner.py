@@ -1,0 +1,164 @@
+"""The evaluator and the loop: de-duplication, budget, records, resume, and a real tuning run."""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from tensortune.measure import BuildResult, ErrorKind, MeasureResult
+from tensortune.records import RecordWriter, load_records
+from tensortune.search import STRATEGIES
+from tensortune.settings import MeasureSettings, SearchSettings, Settings
+from tensortune.space import task_space
+from tensortune.tuner import Evaluator, TuneLoop, tune_task
+from tensortune.workload import Matmul, Task, default_target
+
+TASK = Task(Matmul(m=64, n=64, k=64), default_target(2))
+
+
+class FakeBuilder:
+    """Builds nothing; every config 'compiles' (the timer below decides its cost)."""
+
+    def __init__(self):
+        self.built = []
+
+    def build(self, inputs):
+        self.built.extend(i.config for i in inputs)
+        return [BuildResult(path="fake.so", build_s=0.0) for _ in inputs]
+
+
+class ReplayRunner:
+    """An injected timer: cost is a deterministic function of the config, no hardware noise."""
+
+    def __init__(self, cost_fn):
+        self.cost_fn = cost_fn
+        self.calls = 0
+
+    def run(self, inputs, builds, verify=None):
+        self.calls += 1
+        out = []
+        for inp in inputs:
+            cost = self.cost_fn(inp.config)
+            if cost is None:
+                out.append(MeasureResult((), ErrorKind.RUNTIME_ERROR, "boom"))
+            else:
+                out.append(MeasureResult((cost, cost), verified=bool(verify and verify[0])))
+        return out
+
+
+def synthetic_cost(cfg):
+    """Fast when the vector tile is wide and the register tile moderate: a known optimum."""
+    i, j = cfg["tile_i"], cfg["tile_j"]
+    return 1e-3 * (1 + abs(math.log2(j[-1]) - 4) + abs(math.log2(i[-1]) - 3)
+                   + (cfg["vector_axis"] != "j") + 0.1 * math.log2(cfg["unroll"] + 1))
+
+
+@pytest.fixture(scope="module")
+def space():
+    return task_space(TASK)
+
+
+def test_evaluator_deduplicates_enforces_budget_and_calls_back(space):
+    seen = []
+    ev = Evaluator(TASK, FakeBuilder(), ReplayRunner(synthetic_cost), budget=5,
+                   callbacks=[lambda i, r: seen.append(i.config)])
+    cfgs = [space.get(i) for i in range(8)]
+    out = ev.evaluate([cfgs[0], cfgs[0], cfgs[1]])
+    assert [c for c, _ in out] == cfgs[:2] and ev.trials == 2
+    assert ev.evaluate([cfgs[1]]) == []  # already measured: nothing runs, nothing charged
+    out = ev.evaluate(cfgs[2:])
+    assert len(out) == 3 and ev.trials == 5 and ev.remaining == 0
+    assert seen == cfgs[:5]
+    assert ev.best_cost == min(synthetic_cost(c) for c in cfgs[:5])
+
+
+def test_history_is_skipped_and_not_charged(space):
+    history = [(space.get(i), MeasureResult((1.0,))) for i in range(3)]
+    builder = FakeBuilder()
+    ev = Evaluator(TASK, builder, ReplayRunner(synthetic_cost), budget=2, history=history)
+    ev.evaluate([space.get(i) for i in range(5)])
+    assert builder.built == [space.get(3), space.get(4)]
+
+
+def test_errors_are_counted_and_search_goes_on(space):
+    bad = {space.get(1)}
+    ev = Evaluator(TASK, FakeBuilder(),
+                   ReplayRunner(lambda c: None if c in bad else synthetic_cost(c)), budget=4)
+    ev.evaluate([space.get(i) for i in range(4)])
+    assert ev.errors == {"runtime_error": 1} and ev.trials == 4 and ev.best_config is not None
+
+
+@pytest.mark.parametrize("strategy", ["random", "grid"])
+def test_model_free_loops_spend_exactly_the_budget(space, strategy):
+    loop = TuneLoop(space, STRATEGIES[strategy], None, SearchSettings(batch_size=8), seed=1)
+    res = loop.run(Evaluator(TASK, FakeBuilder(), ReplayRunner(synthetic_cost), budget=20))
+    assert res.trials == 20 and res.best_config is not None
+    assert res.curve and res.curve[-1][1] == res.best_cost
+
+
+def test_model_guided_search_beats_random_on_replayed_timer(space):
+    """SA + XGBoost finds a much better config than random at the same budget (fake timer)."""
+    from tensortune.cost_model import XGBoostModel
+    from tensortune.features import make_extractor
+
+    search = SearchSettings(batch_size=16, sa_chains=32, sa_steps=30)
+    best = {}
+    for name, model in [("random", None), ("sa", XGBoostModel(make_extractor("knob"), seed=0))]:
+        costs = []
+        for seed in range(2):
+            strategy = STRATEGIES["random" if model is None else "sa"]
+            loop = TuneLoop(space, strategy, model, search, seed=seed)
+            ev = Evaluator(TASK, FakeBuilder(), ReplayRunner(synthetic_cost), budget=96)
+            costs.append(loop.run(ev).best_cost)
+        best[name] = float(np.mean(costs))
+    optimum = 1e-3 * 1.0
+    assert best["sa"] < best["random"]
+    assert best["sa"] <= 1.5 * optimum
+
+
+def test_early_stopping_stops_a_stalled_task(space):
+    loop = TuneLoop(space, STRATEGIES["random"], None,
+                    SearchSettings(batch_size=4, early_stop_trials=8), seed=0)
+    res = loop.run(Evaluator(TASK, FakeBuilder(), ReplayRunner(lambda c: 1e-3), budget=100))
+    assert res.stopped_early and res.trials <= 12
+
+
+# -- real measurements -------------------------------------------------------------------------------
+
+FAST = Settings(measure=MeasureSettings(number=2, repeat=2, min_repeat_ms=5, run_timeout_s=10),
+                search=SearchSettings(batch_size=8, sa_chains=16, sa_steps=20))
+
+
+def _untuned_seconds(workload, target):
+    """The default (unscheduled) TVM build of the workload, timed the same way."""
+    import tvm
+
+    from tensortune.peers import time_tvm_module
+
+    module = tvm.compile(tvm.IRModule({"main": workload.prim_func()}), target=tvm.target.Target(target)).jit()
+    return time_tvm_module(module, workload, "untuned", repeat=3, min_repeat_ms=20)
+
+
+def test_real_tuning_beats_untuned_default_and_resumes(tmp_path):
+    task = Task(Matmul(m=128, n=128, k=128), default_target(2))
+    log = tmp_path / "mm.jsonl"
+    first = tune_task(task, 16, tuner="xgb", log=log, settings=FAST)
+    assert first.trials == 16 and first.best_config is not None
+    lines = log.read_text().splitlines()
+    assert len(lines) == 16 + first.invalid and all(json.loads(x)["v"] == 1 for x in lines)
+    untuned = _untuned_seconds(task.workload, task.target)
+    assert first.best_cost < untuned / 5, (first.best_cost, untuned)
+
+    # A killed run resumes: the log's configs are skipped, the budget is for new ones.
+    with log.open("a") as f:
+        f.write('{"v": 1, "truncated line\n')
+    corrupt = []
+    second = tune_task(task, 8, tuner="xgb", log=log, settings=FAST,
+                       on_corrupt=lambda n, why: corrupt.append(n))
+    assert corrupt == [len(lines) + 1]
+    records = load_records(log)
+    configs = [r.config for r in records]
+    assert len(configs) == len(set(configs)) == 24 + first.invalid + second.invalid
+    assert second.best_cost <= first.best_cost
