@@ -1,0 +1,5 @@
+"""Cost models: learn from measurements, score unmeasured candidates for the search."""
+from .base import CostModel, normalized_throughput, pairwise_accuracy
+from .xgb import XGBoostModel
+
+__all__ = ["CostModel", "XGBoostModel", "normalized_throughput", "pairwise_accuracy"]

@@ -1,0 +1,93 @@
+"""The feature-extractor contract, a per-instance cache, and concatenation of extractors."""
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from ..measure.types import MeasureInput
+
+
+@runtime_checkable
+class FeatureExtractor(Protocol):
+    """Turns candidates into a float32 matrix of shape ``(len(inputs), dim)``.
+
+    ``dim`` is fixed for a given task and space, so rows of one task can be stacked.
+    """
+
+    name: str
+
+    def extract(self, inputs: Sequence[MeasureInput]) -> np.ndarray: ...
+
+
+class CachedExtractor:
+    """Base of extractors that compute one row per input and memoize it per (task key, config).
+
+    The caches belong to the instance and are bounded (least recently used rows are dropped),
+    so a long tuning session does not grow without limit.
+    """
+
+    name = ""
+
+    def __init__(self, cache_size: int = 50_000):
+        self.cache_size = cache_size
+        self._rows: OrderedDict[tuple, np.ndarray] = OrderedDict()
+        self._spaces: OrderedDict[str, object] = OrderedDict()
+
+    def extract(self, inputs: Sequence[MeasureInput]) -> np.ndarray:
+        rows = [self._row(inp) for inp in inputs]
+        if not rows:
+            return np.zeros((0, self.empty_dim()), dtype=np.float32)
+        dims = {r.shape[0] for r in rows}
+        if len(dims) > 1:
+            raise ValueError(f"{self.name} features of mixed dimensions {sorted(dims)}: "
+                             "extract inputs of one task (or space) at a time")
+        return np.stack(rows).astype(np.float32, copy=False)
+
+    def empty_dim(self) -> int:
+        """The row width reported for an empty batch (0 when it depends on the task)."""
+        return 0
+
+    def _row(self, inp: MeasureInput) -> np.ndarray:
+        key = (inp.task.key, inp.config)
+        row = self._rows.get(key)
+        if row is not None:
+            self._rows.move_to_end(key)
+            return row
+        row = np.asarray(self._compute(inp), dtype=np.float32)
+        row.setflags(write=False)
+        self._rows[key] = row
+        if len(self._rows) > self.cache_size:
+            self._rows.popitem(last=False)
+        return row
+
+    def _compute(self, inp: MeasureInput) -> np.ndarray:
+        raise NotImplementedError
+
+    def space_of(self, task):
+        """The task's ``ConfigSpace``, defined once per task key (defining one runs the template)."""
+        from ..space import task_space
+
+        key = task.key
+        space = self._spaces.get(key)
+        if space is None:
+            space = task_space(task)
+            self._spaces[key] = space
+            if len(self._spaces) > 64:
+                self._spaces.popitem(last=False)
+        return space
+
+
+class ConcatFeatures:
+    """Several extractors side by side, e.g. ``knob+itervar``."""
+
+    def __init__(self, parts: Sequence[FeatureExtractor]):
+        if not parts:
+            raise ValueError("ConcatFeatures needs at least one extractor")
+        self.parts = tuple(parts)
+        self.name = "+".join(p.name for p in self.parts)
+
+    def extract(self, inputs: Sequence[MeasureInput]) -> np.ndarray:
+        return np.concatenate([p.extract(inputs) for p in self.parts], axis=1).astype(np.float32)

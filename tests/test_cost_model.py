@@ -1,0 +1,130 @@
+"""The XGBoost cost model on a synthetic problem: knob features, a known cost function."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from tensortune.cost_model import CostModel, XGBoostModel, normalized_throughput, pairwise_accuracy
+from tensortune.features import KnobFeatures
+from tensortune.measure.types import ErrorKind, MeasureInput, MeasureResult
+from tensortune.space import ChoiceKnob, ConfigSpace, SplitKnob
+from tensortune.workload import Matmul, Task
+
+SPACE = ConfigSpace([SplitKnob("tile_x", 64, 4), SplitKnob("tile_y", 64, 4),
+                     SplitKnob("tile_k", 64, 2), ChoiceKnob("unroll", (0, 16, 64, 512)),
+                     ChoiceKnob("order", ("a", "b"))])
+TASK = Task(Matmul(m=64, n=64, k=64), {"kind": "llvm"})
+
+
+def cost(config) -> float:
+    """Seconds: a smooth function of the log tile sizes with one optimum."""
+    x = [math.log2(v) for v in config["tile_x"]]
+    y = [math.log2(v) for v in config["tile_y"]]
+    k = [math.log2(v) for v in config["tile_k"]]
+    penalty = ((x[3] - 2) ** 2 + (x[2] - 1) ** 2 + (y[3] - 4) ** 2 + 0.5 * (y[0] - 1) ** 2
+               + 0.5 * (k[1] - 3) ** 2 + {0: 1.0, 16: 0.0, 64: 0.3, 512: 2.0}[config["unroll"]]
+               + (0.5 if config["order"] == "b" else 0.0))
+    return 1e-3 * math.exp(0.3 * penalty)
+
+
+def measure(config, fail_unroll=None) -> MeasureResult:
+    if config["unroll"] == fail_unroll:
+        return MeasureResult((), ErrorKind.COMPILE_ERROR, "synthetic failure")
+    c = cost(config)
+    return MeasureResult((c, c * 1.01))
+
+
+def dataset(n, seed, fail_unroll=None):
+    configs = SPACE.sample_many(n, np.random.default_rng(seed))
+    return ([MeasureInput(TASK, c) for c in configs], [measure(c, fail_unroll) for c in configs])
+
+
+def truth(inputs):
+    return np.array([-cost(i.config) for i in inputs])
+
+
+def test_labels_are_throughput_relative_to_the_best_and_zero_for_failures():
+    results = [MeasureResult((2.0,)), MeasureResult((1.0, 1.0)),
+               MeasureResult((), ErrorKind.RUNTIME_ERROR), MeasureResult((4.0,))]
+    assert normalized_throughput(results).tolist() == [0.5, 1.0, 0.0, 0.25]
+    assert normalized_throughput([MeasureResult((), ErrorKind.TIMEOUT)]).tolist() == [0.0]
+
+
+@pytest.mark.parametrize("objective", ["rank", "reg"])
+def test_model_ranks_unseen_configs_much_better_than_chance(objective):
+    train_x, train_y = dataset(300, seed=0)
+    test_x, _ = dataset(300, seed=1)
+    model = XGBoostModel(KnobFeatures(SPACE), objective=objective)
+    assert isinstance(model, CostModel)
+    model.fit(train_x, train_y)
+    assert model.trained
+    assert pairwise_accuracy(model.predict(test_x), truth(test_x)) > 0.8
+
+
+def test_failures_are_learned_as_slowest():
+    train_x, train_y = dataset(300, seed=0, fail_unroll=0)
+    test_x, _ = dataset(300, seed=1)
+    model = XGBoostModel(KnobFeatures(SPACE))
+    model.fit(train_x, train_y)
+    scores = model.predict(test_x)
+    failing = np.array([i.config["unroll"] == 0 for i in test_x])
+    assert scores[failing].mean() < scores[~failing].mean()
+
+
+def test_too_few_good_samples_give_no_opinion():
+    inputs, results = dataset(10, seed=2)
+    results = results[:3] + [MeasureResult((), ErrorKind.TIMEOUT)] * 7
+    model = XGBoostModel(KnobFeatures(SPACE))
+    model.fit(inputs, results)
+    assert not model.trained
+    assert model.predict(inputs).tolist() == [0.0] * 10
+    assert model.predict([]).shape == (0,)
+
+
+def test_fit_checks_lengths_and_objective_names():
+    inputs, results = dataset(5, seed=3)
+    with pytest.raises(ValueError):
+        XGBoostModel(KnobFeatures(SPACE)).fit(inputs, results[:4])
+    with pytest.raises(ValueError, match="objective"):
+        XGBoostModel(KnobFeatures(SPACE), objective="ndcg")
+
+
+@pytest.mark.parametrize("objective", ["rank", "reg"])
+def test_save_and_load_give_identical_predictions(tmp_path, objective):
+    train_x, train_y = dataset(200, seed=4)
+    test_x, _ = dataset(100, seed=5)
+    model = XGBoostModel(KnobFeatures(SPACE), objective=objective, seed=3)
+    model.fit(train_x, train_y)
+    path = tmp_path / "model.json"
+    model.save(path)
+    loaded = XGBoostModel.load(path, extractor=KnobFeatures(SPACE))
+    assert (loaded.objective, loaded.seed) == (objective, 3)
+    np.testing.assert_array_equal(loaded.predict(test_x), model.predict(test_x))
+
+
+def test_untrained_model_round_trips(tmp_path):
+    path = tmp_path / "empty.json"
+    XGBoostModel(KnobFeatures(SPACE), objective="reg").save(path)
+    loaded = XGBoostModel.load(path, extractor=KnobFeatures(SPACE))
+    assert not loaded.trained and loaded.objective == "reg"
+    with pytest.raises(ValueError):
+        (tmp_path / "other.json").write_text('{"format": "something else"}')
+        XGBoostModel.load(tmp_path / "other.json")
+
+
+def test_pretraining_warm_starts_a_model_with_little_new_data():
+    history_x, history_y = dataset(300, seed=6)
+    new_x, new_y = dataset(6, seed=7)
+    test_x, _ = dataset(300, seed=8)
+    cold = XGBoostModel(KnobFeatures(SPACE))
+    cold.fit(new_x, new_y)
+    warm = XGBoostModel(KnobFeatures(SPACE))
+    warm.pretrain(history_x, history_y)
+    assert warm.trained  # usable before any new measurement
+    assert pairwise_accuracy(warm.predict(test_x), truth(test_x)) > 0.8
+    warm.fit(new_x, new_y)  # the history stays in, down-weighted
+    warm_acc = pairwise_accuracy(warm.predict(test_x), truth(test_x))
+    assert warm_acc > 0.8
+    assert warm_acc > pairwise_accuracy(cold.predict(test_x), truth(test_x)) + 0.05
