@@ -16,6 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from tensortune.measure import use_threads
 from tensortune.peers import fma_peak_gflops, metaschedule_tune, time_tvm_module, torch_time
 from tensortune.records import build_best
 from tensortune.settings import Settings
@@ -45,8 +46,9 @@ def main(argv=None) -> int:
         ap.error(f"unknown op(s) {unknown}; known: {', '.join(OPS)}")
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="tt-bench-"))
     settings = Settings.from_env()
-    target = default_target()
-    threads = int(target["num-cores"])
+    threads = settings.measure.threads
+    use_threads(threads)  # every TVM kernel timed in this process (ours, MetaSchedule's) alike
+    target = default_target(threads)
     peak = fma_peak_gflops(threads)
     print(f"target {target}, FMA peak {peak:.0f} GFLOP/s, trials {args.trials}, logs in {workdir}",
           flush=True)

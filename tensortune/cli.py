@@ -96,7 +96,7 @@ def tune_op(
         console.print(f"[red]error:[/red] unknown tuner {tuner!r}; choose one of {', '.join(TUNERS)}")
         raise typer.Exit(2)
     settings = dataclasses.replace(Settings.from_env(), seed=seed)
-    target = settings.target or default_target()
+    target = settings.target or default_target(settings.measure.threads)
     task = Task(workload, target)
     log = log or settings.home / "logs" / f"{workload.key}.jsonl"
     console.print(f"tuning {workload.describe()} on {target['mcpu']} "

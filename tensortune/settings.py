@@ -15,6 +15,9 @@ from pathlib import Path
 class MeasureSettings:
     """How candidates are built and timed."""
 
+    # threads of the measured kernels' TVM thread pool; TVM alone would use half the logical
+    # CPUs ("ignore hyper-threading"), i.e. one thread on a 2-vCPU machine
+    threads: int = field(default_factory=lambda: os.cpu_count() or 1)
     build_workers: int = 2
     build_timeout_s: float = 30.0
     run_timeout_s: float = 20.0
@@ -54,7 +57,8 @@ class Settings:
 
     @staticmethod
     def from_env(environ: dict[str, str] | None = None) -> "Settings":
-        """Read TENSORTUNE_* variables (HOME, BUILD_WORKERS, NUMBER, REPEAT, MIN_REPEAT_MS, SEED)."""
+        """Read TENSORTUNE_* variables (HOME, THREADS, BUILD_WORKERS, NUMBER, REPEAT, MIN_REPEAT_MS,
+        SEED)."""
         env = dict(os.environ if environ is None else environ)
         s = Settings()
         if "TENSORTUNE_HOME" in env:
@@ -62,7 +66,7 @@ class Settings:
         if "TENSORTUNE_SEED" in env:
             s = dataclasses.replace(s, seed=int(env["TENSORTUNE_SEED"]))
         m = s.measure
-        for name in ("build_workers", "number", "repeat", "min_repeat_ms"):
+        for name in ("threads", "build_workers", "number", "repeat", "min_repeat_ms"):
             key = "TENSORTUNE_" + name.upper()
             if key in env:
                 m = dataclasses.replace(m, **{name: int(env[key])})

@@ -1,8 +1,8 @@
 """Measurement: build candidates into libraries and time them, surviving crashes and hangs."""
 from .builder import LocalBuilder
 from .pool import JobFailure, WorkerPool
-from .runner import LocalRunner, Runner
+from .runner import LocalRunner, Runner, use_threads
 from .types import BuildResult, ErrorKind, MeasureInput, MeasureResult
 
 __all__ = ["ErrorKind", "MeasureInput", "BuildResult", "MeasureResult", "LocalBuilder",
-           "LocalRunner", "Runner", "WorkerPool", "JobFailure"]
+           "LocalRunner", "Runner", "WorkerPool", "JobFailure", "use_threads"]

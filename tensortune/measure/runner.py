@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import time
 from typing import Protocol, runtime_checkable
 
@@ -20,7 +21,17 @@ class Runner(Protocol):
         ...
 
 
-def _load_runtime() -> None:
+def use_threads(threads: int) -> None:
+    """Size TVM's CPU thread pool for kernels run by this process.
+
+    TVM reads TVM_NUM_THREADS once, when its pool first starts (the first parallel kernel);
+    without it TVM takes half the logical CPUs, i.e. a single thread on a 2-vCPU machine.
+    """
+    os.environ["TVM_NUM_THREADS"] = str(int(threads))
+
+
+def _load_runtime(threads: int) -> None:
+    use_threads(threads)
     import numpy  # noqa: F401
     import tvm  # noqa: F401
 
@@ -75,7 +86,7 @@ class LocalRunner:
     def __init__(self, settings: MeasureSettings, seed: int = 0):
         self.settings = settings
         self.seed = seed
-        self._pool = WorkerPool(1, initializer=_load_runtime)
+        self._pool = WorkerPool(1, initializer=functools.partial(_load_runtime, settings.threads))
 
     def run(self, inputs: list[MeasureInput], builds: list[BuildResult],
             verify: list[bool] | None = None) -> list[MeasureResult]:

@@ -18,6 +18,7 @@ VECTOR_MAX = 64  # lanes of one vectorized inner loop (LLVM splits into zmm regi
 REGISTER_TILE_MAX = 512  # elements of the unrolled S3 tile; beyond this only spills remain
 UNROLL_STEPS = (0, 16, 64, 512)
 OUTER_MODES = ("S1/1", "S0/1", "S1/2")  # write-back level / number of fused parallel levels
+PACK_LEVELS = ("none", "root", "S1", "R0")  # where an input operand is copied into panel layout
 
 
 class TemplateMismatch(InvalidConfigError):
@@ -81,7 +82,7 @@ def generic_cpu(cfg, sch):
     outer = cfg.choice("outer", OUTER_MODES)
     producer_at = cfg.choice("producer_at", ("inline", "root")) if producers else None
     packable = [name for name, _, is_param in info.reads if is_param]
-    packs = {name: cfg.choice(f"pack_{name}", ("none", "S1", "R0")) for name in packable}
+    packs = {name: cfg.choice(f"pack_{name}", PACK_LEVELS) for name in packable}
     unroll = cfg.choice("unroll", UNROLL_STEPS)
 
     vi = spatial_names.index(vec_axis)
@@ -126,24 +127,13 @@ def generic_cpu(cfg, sch):
         perm = [d for d in range(n_s) if d != vi] + [vi]
         sch.transform_layout(main, ("write", 0), IndexMap.from_func(_permutation(perm), ndim=n_s))
 
-    for index, (name, dims, _) in enumerate(info.reads):
+    s3_axes = [spatial_names[i] for i in range(n_s) if i != vi] + [vec_axis]
+    s3_tiles = {spatial_names[i]: s_tiles[i][-1] for i in range(n_s)}
+    for name, dims, _ in info.reads:
         where = packs.get(name, "none")
         if where == "none" or (where == "R0" and not n_r):
             continue
-        read_index = [r.source.name for r in sch.get(main).reads].index(name)
-        packed = sch.cache_read(main, read_index, "global")
-        sch.compute_at(packed, level[where], preserve_unit_loops=True)
-        vec_dims = [d for d, used in enumerate(dims) if vec_axis in used]
-        ndim = len(dims)
-        if vec_dims and vec_dims[0] != ndim - 1:
-            perm = [d for d in range(ndim) if d != vec_dims[0]] + [vec_dims[0]]
-            index_map = IndexMap.from_func(_permutation(perm), ndim=ndim)
-            sch.transform_layout(packed, ("write", 0), index_map)
-            p_loops = sch.get_loops(packed)[-ndim:]
-            sch.reorder(*[p_loops[d] for d in perm])
-        inner = sch.get_loops(packed)[-1]
-        if _extent(sch, inner) > 1 and _extent(sch, inner) <= VECTOR_MAX:
-            sch.vectorize(inner)
+        _pack(sch, main, name, dims, None if where == "root" else level[where], s3_axes, s3_tiles)
 
     # -- parallel, unroll, vectorize -------------------------------------------------------------
     fuse = [s[0] for s in s_loops] + ([s[1] for s in s_loops] if parallel_levels == "2" else [])
@@ -168,6 +158,39 @@ def generic_cpu(cfg, sch):
         if len(p_loops) > 1 and 1 < _extent(sch, p_loops[-1]) <= 1024:
             sch.vectorize(p_loops[-1])
     return sch
+
+
+def _pack(sch, main, name, dims, loop, s3_axes, s3_tiles) -> None:
+    """Copy operand ``name`` (whole at root, or the tile's region under ``loop``) into a panel
+    layout: the dimension of the innermost register-tile axis it is indexed by is split by that
+    tile and its remainder made innermost, so the micro-kernel streams the copy contiguously."""
+    from tvm.tirx import IndexMap
+
+    read_index = [r.source.name for r in sch.get(main).reads].index(name)
+    packed = sch.cache_read(main, read_index, "global")
+    if loop is not None:
+        sch.compute_at(packed, loop, preserve_unit_loops=True)
+    ndim = len(dims)
+    pure = {next(iter(used)): d for d, used in enumerate(dims) if len(used) == 1}
+    inner = [a for a in reversed(s3_axes) if a in pure and (s3_tiles[a] > 1 or a == s3_axes[-1])]
+    p_loops = sch.get_loops(packed)[-ndim:]
+    if inner:
+        d, tile = pure[inner[0]], s3_tiles[inner[0]]
+        others = [o for o in range(ndim) if o != d]
+        index_map = IndexMap.from_func(_panel(d, others, tile), ndim=ndim)
+        # the map is a bijection (split + permutation); TVM cannot prove that for floordiv
+        sch.transform_layout(packed, ("write", 0), index_map, assume_injective_transform=True)
+        outer, rest = sch.split(p_loops[d], [None, tile])
+        sch.reorder(outer, *[p_loops[o] for o in others], rest)
+    loops = sch.get_loops(packed)
+    if 1 < _extent(sch, loops[-1]) <= VECTOR_MAX:
+        sch.vectorize(loops[-1])
+    if loop is None:
+        sch.parallel(loops[0])
+
+
+def _panel(d, others, tile):
+    return lambda *idx: [idx[d] // tile] + [idx[o] for o in others] + [idx[d] % tile]
 
 
 def _permutation(perm):
