@@ -115,7 +115,7 @@ def tune_op(
             if res.error.value != "invalid_config":
                 progress.advance(bar)
             if res.ok:
-                best["gflops"] = max(best["gflops"], workload.flops / res.mean / 1e9)
+                best["gflops"] = max(best["gflops"], workload.flops / res.cost / 1e9)
                 progress.update(bar, best=best["gflops"])
 
         result = tune_task(task, trials, tuner=tuner, log=log, settings=settings,
@@ -164,13 +164,13 @@ def best(log: Path = typer.Argument(..., help="records file"),
     for rec in load_records(log, on_corrupt=corrupt):
         res = rec.to_result()
         cur = by_task.get(rec.task_key)
-        if res.ok and (cur is None or res.mean < cur[1].mean):
+        if res.ok and (cur is None or res.cost < cur[1].cost):
             by_task[rec.task_key] = (rec, res)
     rows = []
     for rec, res in by_task.values():
         w = rec.to_input().task.workload
         rows.append({"workload": w.describe(), "target": rec.target.get("mcpu"),
-                     "best_us": res.mean * 1e6, "gflops": w.flops / res.mean / 1e9,
+                     "best_us": res.cost * 1e6, "gflops": w.flops / res.cost / 1e9,
                      "config": rec.config.to_json()})
     table = Table(title=str(log))
     for col in ("workload", "target", "best us", "GFLOP/s"):

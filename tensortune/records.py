@@ -107,9 +107,9 @@ class Record:
         return self.error is ErrorKind.NONE and bool(self.costs)
 
     @property
-    def mean(self) -> float:
-        """Mean cost in seconds; infinity for failed measurements."""
-        return sum(self.costs) / len(self.costs) if self.ok else math.inf
+    def cost(self) -> float:
+        """The ranking cost (median repeat, seconds), as ``MeasureResult.cost``."""
+        return self.to_result().cost
 
     def to_task(self) -> Task:
         return Task(self.workload, dict(self.target), self.template)
@@ -219,7 +219,7 @@ def measured_configs(records: Iterable[Record], task: Task) -> set[Config]:
 def best_record(records: Iterable[Record], task: Task) -> Record | None:
     """The error-free record of ``task`` with the lowest mean cost (the first one on ties)."""
     ok = [r for r in records_for(records, task) if r.ok]
-    return min(ok, key=lambda r: r.mean) if ok else None
+    return min(ok, key=lambda r: r.cost) if ok else None
 
 
 def best_from_log(path: str | os.PathLike, task: Task) -> Record | None:

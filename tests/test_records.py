@@ -54,7 +54,7 @@ def test_round_trip(tmp_path, configs):
     records = load_records(path)
     assert [(r.to_input(), r.to_result()) for r in records] == written
     assert records[0].to_input().task.key == TASK.key
-    assert records[1].error is ErrorKind.COMPILE_ERROR and records[1].mean == float("inf")
+    assert records[1].error is ErrorKind.COMPILE_ERROR and records[1].cost == float("inf")
     line = json.loads(path.read_text().splitlines()[0])
     assert line["v"] == 1 and line["workload_key"] == TASK.workload.key
     assert line["workload"] == {"op": "matmul", "dtype": "float32", "m": 16, "n": 16, "k": 16}
@@ -117,7 +117,7 @@ def test_resume_helpers_filter_by_task(tmp_path, configs):
     assert measured_configs(records, TASK) == set(configs[:3])
     assert measured_configs(records, OTHER_TARGET) == {configs[3]}
     best = best_record(records, TASK)
-    assert best.config == configs[1] and best.mean == pytest.approx(2e-3)
+    assert best.config == configs[1] and best.cost == pytest.approx(2e-3)
     assert best_from_log(path, OTHER_SHAPE).costs == (1e-7,)
     assert best_record(records, Task(Matmul(m=8, n=8, k=8), TARGET)) is None
 

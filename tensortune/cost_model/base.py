@@ -26,7 +26,7 @@ class CostModel(Protocol):
 
 def normalized_throughput(results: Sequence[MeasureResult]) -> np.ndarray:
     """``(1 / mean cost) / best`` for successful results, 0 for failures: labels in [0, 1]."""
-    thr = np.array([1.0 / r.mean if r.ok and r.mean > 0 else 0.0 for r in results])
+    thr = np.array([1.0 / r.cost if r.ok and r.cost > 0 else 0.0 for r in results])
     best = thr.max(initial=0.0)
     return thr / best if best > 0 else thr
 

@@ -53,5 +53,15 @@ class MeasureResult:
 
     @property
     def mean(self) -> float:
-        """Mean cost in seconds; infinity for errors, so sorting puts them last."""
+        """Mean of the repeats in seconds; infinity for errors."""
         return sum(self.costs) / len(self.costs) if self.ok else float("inf")
+
+    @property
+    def cost(self) -> float:
+        """The cost that ranks candidates: the median repeat in seconds (one repeat slowed by a
+        noisy neighbour does not move it); infinity for errors, so sorting puts them last."""
+        if not self.ok:
+            return float("inf")
+        ordered = sorted(self.costs)
+        mid = len(ordered) // 2
+        return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2

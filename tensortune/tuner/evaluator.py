@@ -69,7 +69,7 @@ class Evaluator:
                 self.invalid += 1
             else:
                 self.trials += 1
-            if self.verify == "best" and res.ok and res.mean < self.best_cost and not res.verified:
+            if self.verify == "best" and res.ok and res.cost < self.best_cost and not res.verified:
                 res = self.runner.run([inp], [build], verify=[True])[0]
             if res.error is not ErrorKind.NONE:
                 self.errors[res.error.value] += 1
@@ -81,13 +81,13 @@ class Evaluator:
         return out
 
     def _consider_best(self, cfg: Config, res: MeasureResult, trial: int) -> None:
-        if res.ok and res.mean < self.best_cost:
-            self.best_cost, self.best_config, self.best_trial = res.mean, cfg, trial
-            self.curve.append((trial, res.mean))
+        if res.ok and res.cost < self.best_cost:
+            self.best_cost, self.best_config, self.best_trial = res.cost, cfg, trial
+            self.curve.append((trial, res.cost))
 
     def top(self, k: int) -> list[Config]:
         """The ``k`` fastest measured configs (seeds for model-guided search)."""
-        good = sorted((r.mean, i, c) for i, (c, r) in enumerate(self.results.items()) if r.ok)
+        good = sorted((r.cost, i, c) for i, (c, r) in enumerate(self.results.items()) if r.ok)
         return [c for _, _, c in good[:k]]
 
     @property
