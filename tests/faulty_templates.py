@@ -115,3 +115,14 @@ def crash_build(cfg, sch):
     if isinstance(cfg, ConfigSource):
         os.kill(os.getpid(), signal.SIGSEGV)
     return sch
+
+
+def mixed(cfg, sch):
+    """One good candidate (the unscheduled matmul) among a crashing, a hanging and a wrong one."""
+    from tvm.s_tir import Schedule
+
+    variant = cfg.choice("variant", ("good", "crash", "hang", "wrong"))
+    if not isinstance(cfg, ConfigSource) or variant == "good":
+        return sch
+    make = {"crash": _crash_func, "hang": _hang_func, "wrong": _wrong_func}[variant]
+    return Schedule(make(*_matmul_shape(sch)))

@@ -162,3 +162,17 @@ def test_real_tuning_beats_untuned_default_and_resumes(tmp_path):
     configs = [r.config for r in records]
     assert len(configs) == len(set(configs)) == 24 + first.invalid + second.invalid
     assert second.best_cost <= first.best_cost
+
+
+def test_crashing_hanging_and_wrong_candidates_are_recorded_and_tuning_goes_on(tmp_path):
+    task = Task(Matmul(m=16, n=16, k=16), default_target(2),
+                template="tests.faulty_templates:mixed")
+    settings = Settings(measure=MeasureSettings(number=1, repeat=2, min_repeat_ms=1,
+                                                run_timeout_s=4))
+    log = tmp_path / "faulty.jsonl"
+    res = tune_task(task, 4, tuner="grid", log=log, settings=settings)
+    kinds = {r.config["variant"]: r.error.value for r in load_records(log)}
+    assert kinds == {"good": "none", "crash": "runtime_error", "hang": "timeout",
+                     "wrong": "wrong_result"}
+    assert res.trials == 4 and res.best_config["variant"] == "good"
+    assert res.errors == {"runtime_error": 1, "timeout": 1, "wrong_result": 1}
