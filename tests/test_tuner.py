@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from tensortune.measure import BuildResult, ErrorKind, MeasureResult
+from tensortune.measure import MeasureResult
 from tensortune.records import RecordWriter, load_records
 from tensortune.search import STRATEGIES
 from tensortune.settings import MeasureSettings, SearchSettings, Settings
@@ -15,37 +15,9 @@ from tensortune.space import task_space
 from tensortune.tuner import Evaluator, TuneLoop, tune_task
 from tensortune.workload import Matmul, Task, default_target
 
+from tests.fakes import FakeBuilder, ReplayRunner
+
 TASK = Task(Matmul(m=64, n=64, k=64), default_target(2))
-
-
-class FakeBuilder:
-    """Builds nothing; every config 'compiles' (the timer below decides its cost)."""
-
-    def __init__(self):
-        self.built = []
-
-    def build(self, inputs):
-        self.built.extend(i.config for i in inputs)
-        return [BuildResult(path="fake.so", build_s=0.0) for _ in inputs]
-
-
-class ReplayRunner:
-    """An injected timer: cost is a deterministic function of the config, no hardware noise."""
-
-    def __init__(self, cost_fn):
-        self.cost_fn = cost_fn
-        self.calls = 0
-
-    def run(self, inputs, builds, verify=None):
-        self.calls += 1
-        out = []
-        for inp in inputs:
-            cost = self.cost_fn(inp.config)
-            if cost is None:
-                out.append(MeasureResult((), ErrorKind.RUNTIME_ERROR, "boom"))
-            else:
-                out.append(MeasureResult((cost, cost), verified=bool(verify and verify[0])))
-        return out
 
 
 def synthetic_cost(cfg):

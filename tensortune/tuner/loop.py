@@ -27,7 +27,11 @@ class TuneResult:
 
 class TuneLoop:
     """Wires a proposer (``propose(space, model, task, n, exclude, rng, settings, seeds)``) to an
-    optional cost model. With no model the proposer is a plain strategy (random, grid)."""
+    optional cost model. With no model the proposer is a plain strategy (random, grid).
+
+    ``step`` measures one batch, so a scheduler can interleave many tasks; ``run`` steps until
+    the evaluator's budget is spent, the space is exhausted or the task stops improving.
+    """
 
     def __init__(self, space: ConfigSpace, propose, model=None,
                  settings: SearchSettings = SearchSettings(), seed: int = 0):
@@ -36,41 +40,59 @@ class TuneLoop:
         self.model = model
         self.settings = settings
         self.rng = np.random.default_rng(seed)
+        self._stalled_rounds = 0
+        self._fitted_on = -1
+        self.exhausted = False
+
+    def step(self, evaluator: Evaluator, n: int | None = None) -> int:
+        """Measure up to ``n`` (default: one batch) new configs; the number charged."""
+        if self.model is not None and self._fitted_on != len(evaluator.results):
+            self._refit(evaluator)
+        n = min(n or self.settings.batch_size, evaluator.remaining)
+        if n <= 0 or self.exhausted:
+            return 0
+        exclude = evaluator.measured
+        if self.model is not None and not self._model_ready(evaluator):
+            batch = self.space.sample_many(n, self.rng, exclude)  # cold start: explore
+        else:
+            batch = self.propose(self.space, self.model, evaluator.task, n, exclude, self.rng,
+                                 self.settings, seeds=evaluator.top(8))
+        before = evaluator.trials
+        measured = evaluator.evaluate(batch)
+        charged = evaluator.trials - before
+        self._stalled_rounds = self._stalled_rounds + 1 if measured and not charged else 0
+        # nothing new to offer (grid exhausted), or only invalid configs for several rounds
+        self.exhausted = not measured or self._stalled_rounds >= 5
+        return charged
+
+    def stalled(self, evaluator: Evaluator) -> bool:
+        """True once the task went ``early_stop_trials`` trials without a new best."""
+        s = self.settings
+        return bool(s.early_stop_trials) and evaluator.trials - evaluator.best_trial >= s.early_stop_trials
 
     def run(self, evaluator: Evaluator) -> TuneResult:
-        s = self.settings
-        self._refit(evaluator)
-        stalled_rounds = 0
         stopped_early = False
-        while evaluator.remaining > 0:
-            n = min(s.batch_size, evaluator.remaining)
-            exclude = evaluator.measured
-            if self.model is not None and not self._model_ready(evaluator):
-                batch = self.space.sample_many(n, self.rng, exclude)  # cold start: explore
-            else:
-                batch = self.propose(self.space, self.model, evaluator.task, n, exclude, self.rng, s,
-                                     seeds=evaluator.top(8))
-            before = evaluator.trials
-            measured = evaluator.evaluate(batch)
-            if not measured:
-                break  # the strategy has nothing left to offer (e.g. grid exhausted)
-            stalled_rounds = stalled_rounds + 1 if evaluator.trials == before else 0
-            if stalled_rounds >= 5:
-                break  # only invalid configs for several rounds: the space is exhausted here
-            self._refit(evaluator)
-            if s.early_stop_trials and evaluator.trials - evaluator.best_trial >= s.early_stop_trials:
+        while evaluator.remaining > 0 and not self.exhausted:
+            self.step(evaluator)
+            if self.stalled(evaluator):
                 stopped_early = True
                 break
-        return TuneResult(evaluator.best_config, evaluator.best_cost, evaluator.trials,
-                          evaluator.invalid, dict(evaluator.errors), evaluator.elapsed_s,
-                          list(evaluator.curve), stopped_early)
+        return result_of(evaluator, stopped_early)
 
     def _model_ready(self, evaluator: Evaluator) -> bool:
         return sum(r.ok for r in evaluator.results.values()) >= 4
 
     def _refit(self, evaluator: Evaluator) -> None:
-        if self.model is None or not self._model_ready(evaluator):
+        if not self._model_ready(evaluator):
             return
         configs = list(evaluator.results)
         inputs = [MeasureInput(evaluator.task, c) for c in configs]
         self.model.fit(inputs, [evaluator.results[c] for c in configs])
+        self._fitted_on = len(evaluator.results)
+
+
+def result_of(evaluator: Evaluator, stopped_early: bool = False) -> TuneResult:
+    """The ``TuneResult`` summarizing what ``evaluator`` has measured so far."""
+    return TuneResult(evaluator.best_config, evaluator.best_cost, evaluator.trials,
+                      evaluator.invalid, dict(evaluator.errors), evaluator.elapsed_s,
+                      list(evaluator.curve), stopped_early)

@@ -1,0 +1,143 @@
+"""Share one trial budget across the tasks of a model.
+
+``round-robin`` gives every live task a batch in turn. ``gradient`` follows Ansor's task
+scheduler: after one warm-up batch each, it spends the next batch where the weighted objective
+``sum_i weight_i * best_latency_i`` is expected to fall fastest, estimating each task's rate from
+its recent improvement (backward) and an optimistic ``best / trials`` term (forward). Tasks that
+stop improving for ``early_stop_trials`` trials, or whose space is exhausted, drop out.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..measure.types import MeasureInput, MeasureResult
+from ..settings import Settings
+from ..space import Config, task_space
+from ..tuner.evaluator import Evaluator
+from ..tuner.loop import TuneLoop, TuneResult, result_of
+
+SCHEDULERS = ("gradient", "round-robin")
+
+
+@dataclass
+class TaskProgress:
+    """One task under the scheduler: its loop, its evaluator and its weight in the model."""
+
+    name: str
+    weight: float
+    loop: TuneLoop
+    evaluator: Evaluator
+    bests: list[float] = field(default_factory=list)  # best cost after each of its batches
+    done: bool = False
+    skipped: str = ""
+
+    @property
+    def best(self) -> float:
+        return self.evaluator.best_cost
+
+
+@dataclass
+class ScheduleResult:
+    """What a scheduled run did, per task and overall."""
+
+    tasks: dict[str, TuneResult]
+    skipped: dict[str, str]
+    trials: int
+    tune_s: float
+    order: list[str]  # the task measured at each step
+
+
+class TaskScheduler:
+    """Interleaves the tuning of many tasks through one builder, one runner and one log.
+
+    ``tasks`` are ``(name, Task, weight)``; ``history`` maps a task key to earlier
+    ``(Config, MeasureResult)`` pairs (warm start; those configs are not measured again). A task
+    whose history already holds ``well_tuned`` trials is skipped.
+    """
+
+    def __init__(self, tasks: Sequence[tuple[str, object, float]], builder, runner,
+                 settings: Settings, make_loop: Callable[[object], TuneLoop],
+                 history: dict[str, list[tuple[Config, MeasureResult]]] | None = None,
+                 callbacks: Sequence[Callable[[MeasureInput, MeasureResult], None]] = (),
+                 strategy: str = "gradient", well_tuned: int = 0, seed: int = 0):
+        if strategy not in SCHEDULERS:
+            raise ValueError(f"unknown task scheduler {strategy!r}; choose one of {', '.join(SCHEDULERS)}")
+        self.strategy = strategy
+        self.settings = settings
+        self.rng = np.random.default_rng(seed)
+        self.progress: list[TaskProgress] = []
+        history = history or {}
+        for name, task, weight in tasks:
+            past = history.get(task.key, [])
+            ev = Evaluator(task, builder, runner, budget=1 << 30, callbacks=callbacks,
+                           history=past, verify=settings.measure.verify)
+            prog = TaskProgress(name, float(weight), make_loop(task), ev)
+            measured = sum(1 for _, r in past if r.error.value != "invalid_config")
+            if well_tuned and measured >= well_tuned:
+                prog.done, prog.skipped = True, f"already tuned ({measured} trials in the records)"
+            self.progress.append(prog)
+
+    def run(self, trials: int, on_step: Callable[[TaskProgress, int], None] | None = None) -> ScheduleResult:
+        """Spend up to ``trials`` measurements across the tasks."""
+        start = time.perf_counter()
+        spent, order = 0, []
+        batch = self.settings.search.batch_size
+        while spent < trials:
+            live = [p for p in self.progress if not p.done]
+            if not live:
+                break
+            prog = self._pick(live)
+            charged = prog.loop.step(prog.evaluator, min(batch, trials - spent))
+            spent += charged
+            prog.bests.append(prog.best)
+            order.append(prog.name)
+            if prog.loop.exhausted or prog.loop.stalled(prog.evaluator):
+                prog.done = True
+            if on_step:
+                on_step(prog, charged)
+        return ScheduleResult(
+            {p.name: result_of(p.evaluator, p.loop.stalled(p.evaluator)) for p in self.progress},
+            {p.name: p.skipped for p in self.progress if p.skipped}, spent,
+            time.perf_counter() - start, order)
+
+    def _pick(self, live: list[TaskProgress]) -> TaskProgress:
+        fresh = [p for p in live if not p.bests]
+        if fresh:
+            return fresh[0]  # warm-up: one batch for every task first
+        if self.strategy == "round-robin":
+            return min(live, key=lambda p: len(p.bests))
+        if self.rng.random() < 0.05:  # keep every task's estimate honest now and then
+            return live[int(self.rng.integers(len(live)))]
+        return max(live, key=self._gain)
+
+    def _gain(self, p: TaskProgress) -> float:
+        """Expected fall of ``weight * best latency`` per trial if ``p`` gets the next batch."""
+        trials = max(1, p.evaluator.trials)
+        best = p.best if np.isfinite(p.best) else 0.0
+        if len(p.bests) >= 2 and np.isfinite(p.bests[-2]):
+            backward = max(0.0, p.bests[-2] - p.bests[-1]) / max(1, self.settings.search.batch_size)
+        else:
+            backward = best / trials
+        forward = best / trials
+        if not np.isfinite(p.best):  # nothing valid yet: worth exploring
+            return float("inf")
+        return p.weight * (0.5 * backward + 0.5 * forward)
+
+
+def history_by_task(records, tasks) -> dict[str, list[tuple[Config, MeasureResult]]]:
+    """Group earlier records by task key, keeping only configs of each task's current space."""
+    wanted = {t.key: t for t in tasks}
+    spaces: dict[str, object] = {}
+    out: dict[str, list[tuple[Config, MeasureResult]]] = {}
+    for rec in records:
+        task = wanted.get(rec.task_key)
+        if task is None:
+            continue
+        space = spaces.get(task.key) or spaces.setdefault(task.key, task_space(task))
+        if rec.config in space:
+            out.setdefault(task.key, []).append((rec.config, rec.to_result()))
+    return out

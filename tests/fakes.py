@@ -1,0 +1,37 @@
+"""Injected stand-ins for the builder and the runner: search logic without hardware noise."""
+from __future__ import annotations
+
+from tensortune.measure import BuildResult, ErrorKind, MeasureResult
+
+
+class FakeBuilder:
+    """Builds nothing; every config 'compiles' (the timer decides its cost)."""
+
+    def __init__(self):
+        self.built = []
+
+    def build(self, inputs):
+        self.built.extend(i.config for i in inputs)
+        return [BuildResult(path="fake.so", build_s=0.0) for _ in inputs]
+
+
+class ReplayRunner:
+    """A replayed timer: cost is a deterministic function of (task, config); None = a crash."""
+
+    def __init__(self, cost_fn):
+        self.cost_fn = cost_fn
+        self.calls = 0
+
+    def run(self, inputs, builds, verify=None):
+        self.calls += 1
+        out = []
+        for inp in inputs:
+            try:
+                cost = self.cost_fn(inp.config, inp.task)
+            except TypeError:
+                cost = self.cost_fn(inp.config)
+            if cost is None:
+                out.append(MeasureResult((), ErrorKind.RUNTIME_ERROR, "boom"))
+            else:
+                out.append(MeasureResult((cost, cost), verified=bool(verify and verify[0])))
+        return out

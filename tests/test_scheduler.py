@@ -1,0 +1,75 @@
+"""Sharing a trial budget across tasks: round-robin, gradient, early stop, warm skip."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from tensortune.measure import MeasureResult
+from tensortune.search import STRATEGIES
+from tensortune.settings import SearchSettings, Settings
+from tensortune.space import task_space
+from tensortune.tasks.scheduler import TaskScheduler
+from tensortune.tuner import TuneLoop
+from tensortune.workload import Matmul, Task, default_target
+
+from tests.fakes import FakeBuilder, ReplayRunner
+
+TARGET = default_target(2)
+TASKS = [("a", Task(Matmul(m=64, n=64, k=64), TARGET), 1.0),
+         ("b", Task(Matmul(m=32, n=64, k=16), TARGET), 1.0),
+         ("c", Task(Matmul(m=16, n=16, k=16), TARGET), 1.0)]
+
+
+def cost(cfg, task):
+    """A synthetic timer: task 'a' is big and improvable, the others are flat."""
+    base = task.workload.flops * 1e-9
+    if task.workload.m == 64:
+        return base * (1 + abs(math.log2(cfg["tile_j"][-1]) - 4) + abs(math.log2(cfg["tile_i"][-1]) - 2))
+    return base
+
+
+def make_scheduler(strategy, settings=None, **kw):
+    settings = settings or Settings(search=SearchSettings(batch_size=4))
+    return TaskScheduler(TASKS, FakeBuilder(), ReplayRunner(cost), settings,
+                         lambda t: TuneLoop(task_space(t), STRATEGIES["random"], None,
+                                            settings.search, seed=0),
+                         strategy=strategy, **kw)
+
+
+def test_round_robin_spreads_the_budget_evenly():
+    res = make_scheduler("round-robin").run(36)
+    assert res.trials == 36
+    assert [res.tasks[n].trials for n in "abc"] == [12, 12, 12]
+    assert res.order[:3] == ["a", "b", "c"]
+
+
+def test_gradient_spends_where_weighted_gain_is_largest():
+    res = make_scheduler("gradient").run(60)
+    assert res.trials == 60
+    counts = {n: res.tasks[n].trials for n in "abc"}
+    assert counts["a"] > counts["b"] and counts["a"] > counts["c"], counts
+    assert min(counts.values()) >= 4  # every task got its warm-up batch
+
+
+def test_flat_tasks_stop_early_and_leave_the_budget_to_others():
+    settings = Settings(search=SearchSettings(batch_size=4, early_stop_trials=8))
+    res = make_scheduler("round-robin", settings).run(60)
+    assert res.tasks["b"].stopped_early and res.tasks["c"].stopped_early
+    assert res.tasks["b"].trials <= 12 and res.tasks["c"].trials <= 12
+    assert res.tasks["a"].trials > res.tasks["b"].trials  # the improving task kept going
+
+
+def test_tasks_already_tuned_are_skipped_and_history_is_not_remeasured():
+    space = task_space(TASKS[1][1])
+    history = {TASKS[1][1].key: [(space.get(i), MeasureResult((1e-3,))) for i in range(10)]}
+    sched = make_scheduler("round-robin", history=history, well_tuned=10)
+    res = sched.run(20)
+    assert "already tuned" in res.skipped["b"] and res.tasks["b"].trials == 0
+    assert res.tasks["b"].best_cost == pytest.approx(1e-3)  # the history still counts as best
+    assert res.tasks["a"].trials + res.tasks["c"].trials == 20
+
+
+def test_unknown_scheduler_is_named():
+    with pytest.raises(ValueError, match="unknown task scheduler 'magic'"):
+        make_scheduler("magic")
