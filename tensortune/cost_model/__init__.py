@@ -1,5 +1,6 @@
 """Cost models: learn from measurements, score unmeasured candidates for the search."""
 from .base import CostModel, normalized_throughput, pairwise_accuracy
+from .gtuner import GTunerModel
 from .xgb import XGBoostModel
 
-__all__ = ["CostModel", "XGBoostModel", "normalized_throughput", "pairwise_accuracy"]
+__all__ = ["CostModel", "XGBoostModel", "GTunerModel", "normalized_throughput", "pairwise_accuracy"]

@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 from .base import CachedExtractor, ConcatFeatures, FeatureExtractor
+from .curve import CurveFeatures
+from .graph import GraphFeatures, TaskGraph, task_graph
 from .itervar import IterVarFeatures, feature_names
 from .knob import KnobFeatures
 
-EXTRACTORS = {"knob": KnobFeatures, "itervar": IterVarFeatures}
+EXTRACTORS = {"knob": KnobFeatures, "itervar": IterVarFeatures, "curve": CurveFeatures,
+              "graph": GraphFeatures}
 
 
 def make_extractor(names: str | list[str]) -> FeatureExtractor:
@@ -21,4 +24,5 @@ def make_extractor(names: str | list[str]) -> FeatureExtractor:
 
 
 __all__ = ["FeatureExtractor", "CachedExtractor", "ConcatFeatures", "KnobFeatures",
-           "IterVarFeatures", "feature_names", "make_extractor", "EXTRACTORS"]
+           "IterVarFeatures", "feature_names", "make_extractor", "EXTRACTORS", "CurveFeatures",
+           "GraphFeatures", "TaskGraph", "task_graph"]
