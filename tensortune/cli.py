@@ -1,4 +1,4 @@
-"""Command line: ``tensortune tune-op`` and ``tensortune best``."""
+"""Command line: ``tensortune tune-op`` and ``best``; the model commands live in cli_model."""
 from __future__ import annotations
 
 import dataclasses
@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from .cli_model import register as register_model_commands
 from .settings import Settings
 from .workload import OPS, Task, WorkloadError, default_target, workload_from_dict
 
@@ -180,6 +181,9 @@ def best(log: Path = typer.Argument(..., help="records file"),
     console.print(table)
     if as_json:
         sys.stdout.write(json.dumps(rows) + "\n")
+
+
+register_model_commands(app)
 
 
 def main():  # pragma: no cover - console entry point

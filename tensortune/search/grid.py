@@ -14,7 +14,7 @@ def propose(space: ConfigSpace, model, task, n: int, exclude: Collection[Config]
             seeds: Sequence[Config] = ()) -> list[Config]:
     """The first ``n`` configs by index that are not in ``exclude`` (deterministic)."""
     out: list[Config] = []
-    index, size = 0, len(space)
+    index, size = 0, space.size
     while len(out) < n and index < size:
         config = space.get(index)
         if config not in exclude:

@@ -29,10 +29,10 @@ def sample_unexplored(space: ConfigSpace, n: int, rng: np.random.Generator,
     if n <= 0:
         return []
     out = space.sample_many(n, rng, exclude)
-    if len(out) >= n or len(space) > ENUMERATE_MAX:
+    if len(out) >= n or space.size > ENUMERATE_MAX:
         return out[:n]
     taken = {space.index(c) for c in exclude if c in space} | {space.index(c) for c in out}
-    left = np.array([i for i in range(len(space)) if i not in taken], dtype=np.int64)
+    left = np.array([i for i in range(space.size) if i not in taken], dtype=np.int64)
     if left.size == 0:
         return out
     picks = rng.choice(left, size=min(n - len(out), left.size), replace=False)

@@ -29,20 +29,21 @@ class ConfigSpace:
         self._lookup = [{v: i for i, v in enumerate(c)} for c in self._cands]
         self.radices = tuple(len(c) for c in self._cands)
 
-    def __len__(self) -> int:
-        return math.prod(self.radices)
-
     @property
     def size(self) -> int:
-        return len(self)
+        """The number of configs (may exceed what ``len()`` can return, 2**63)."""
+        return math.prod(self.radices)
+
+    def __len__(self) -> int:
+        return self.size
 
     def __repr__(self):
-        return f"ConfigSpace({len(self.knobs)} knobs, size={len(self)})"
+        return f"ConfigSpace({len(self.knobs)} knobs, size={self.size:.3g})"
 
     # -- index <-> config -----------------------------------------------------------------------
     def get(self, index: int) -> Config:
-        if not 0 <= index < len(self):
-            raise IndexError(f"config index {index} outside space of size {len(self)}")
+        if not 0 <= index < self.size:
+            raise IndexError(f"config index {index} outside space of size {self.size}")
         values = {}
         for knob, cands, radix in zip(self.knobs, self._cands, self.radices):
             index, digit = divmod(index, radix)

@@ -1,7 +1,8 @@
 """What to tune: operator descriptions with a stable key, a TE definition, FLOPs and a reference."""
 from .base import Workload, WorkloadError
 from .ops import OPS, BatchMatmul, Conv2d, Dense, Matmul, workload_from_dict
+from .primfunc import PrimFuncWorkload
 from .task import Task, default_target, target_key
 
 __all__ = ["Workload", "WorkloadError", "OPS", "Matmul", "Dense", "BatchMatmul", "Conv2d",
-           "workload_from_dict", "Task", "default_target", "target_key"]
+           "PrimFuncWorkload", "workload_from_dict", "Task", "default_target", "target_key"]

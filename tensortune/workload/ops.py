@@ -6,6 +6,7 @@ import dataclasses
 import numpy as np
 
 from .base import Workload, WorkloadError, positive
+from .primfunc import PrimFuncWorkload
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -194,7 +195,8 @@ class Conv2d(Workload):
         return np.concatenate(outs, axis=1).astype(self.dtype)
 
 
-OPS: dict[str, type[Workload]] = {cls.op: cls for cls in (Matmul, Dense, BatchMatmul, Conv2d)}
+OPS: dict[str, type[Workload]] = {
+    cls.op: cls for cls in (Matmul, Dense, BatchMatmul, Conv2d, PrimFuncWorkload)}
 
 
 def workload_from_dict(d: dict) -> Workload:

@@ -1,0 +1,272 @@
+"""The facade: a model in, a tuned, saved, runnable module out.
+
+    s = Session.from_zoo("resnet18")          # or from_torch(module, inputs), from_onnx(path)
+    s.tune(trials=1000)                       # all tasks, one shared budget
+    s.build(); s.save()                       # ~/.tensortune/runs/<run id>/module
+    s.run(x); s.evaluate()                    # numpy in, numpy out; latency statistics
+    Session.load(run_id).evaluate()
+
+Every session is a run with an id and a directory holding its records log, its per-stage
+timings (import, extract, tune, build, evaluate) and the saved module; a global records file
+under the home directory is shared by all runs, so tuning a model again starts warm and skips
+the tasks that are already tuned well enough.
+"""
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from .settings import Settings
+from .workload import default_target
+
+RUN_FILE = "run.json"
+
+
+class SessionError(RuntimeError):
+    """A session step asked for in the wrong state (e.g. ``run`` before ``build``)."""
+
+
+class Session:
+    """One model's journey: import, extract, tune, build, save, run, evaluate."""
+
+    def __init__(self, model, spec: dict, settings: Settings | None = None,
+                 torch_module=None, example_inputs=None, import_s: float = 0.0):
+        self.settings = settings or Settings.from_env()
+        self.model = model
+        self.spec = spec
+        self.target = self.settings.target or default_target(self.settings.measure.threads)
+        name = spec.get("name", "model")
+        self.run_id = time.strftime("%Y%m%d-%H%M%S-") + f"{name}-{secrets.token_hex(3)}"
+        self.run_dir = self.settings.home / "runs" / self.run_id
+        self.stages: dict[str, float] = {"import": import_s}
+        self.tasks = None
+        self.schedule = None
+        self.compiled = None
+        self.results: dict = {}
+        self._torch = (torch_module, example_inputs)
+
+    # -- import ---------------------------------------------------------------------------------
+    @classmethod
+    def from_torch(cls, module, example_inputs: tuple, name: str | None = None,
+                   settings: Settings | None = None) -> "Session":
+        """Import a ``torch.nn.Module`` through torch.export and the Relax torch frontend."""
+        from .frontend import from_torch
+
+        start = time.perf_counter()
+        model = from_torch(module, tuple(example_inputs), name=name)
+        spec = {"source": "torch", "name": model.name}
+        return cls(model, spec, settings, module, tuple(example_inputs), time.perf_counter() - start)
+
+    @classmethod
+    def from_onnx(cls, path, input_shapes: dict | None = None,
+                  settings: Settings | None = None) -> "Session":
+        """Import an ONNX file; an operator the frontend can't take is named in the error."""
+        from .frontend import from_onnx
+
+        start = time.perf_counter()
+        model = from_onnx(path, input_shapes)
+        spec = {"source": "onnx", "path": str(Path(path).resolve()), "name": model.name}
+        return cls(model, spec, settings, import_s=time.perf_counter() - start)
+
+    @classmethod
+    def from_zoo(cls, name: str, batch: int = 1, image_size: int = 224, seq_len: int = 128,
+                 settings: Settings | None = None) -> "Session":
+        """A model of the built-in zoo (random weights), imported from PyTorch."""
+        from .zoo import zoo_model
+
+        module, inputs = zoo_model(name, batch=batch, image_size=image_size, seq_len=seq_len)
+        session = cls.from_torch(module, inputs, name=name, settings=settings)
+        session.spec.update(source="zoo", batch=batch, image_size=image_size, seq_len=seq_len)
+        return session
+
+    # -- tuning -----------------------------------------------------------------------------------
+    @property
+    def records_path(self) -> Path:
+        """The global records database shared by all runs."""
+        return self.settings.home / "records.jsonl"
+
+    def extract(self):
+        """The model's distinct tunable functions with their weights (cached)."""
+        self._need_model("extract tasks")
+        if self.tasks is None:
+            from .tasks import extract_tasks
+
+            start = time.perf_counter()
+            self.tasks = extract_tasks(self.model, self.target)
+            self.stages["extract"] = time.perf_counter() - start
+        return self.tasks
+
+    def tune(self, trials: int, scheduler: str = "gradient", tuner: str = "xgb",
+             features: str = "knob", well_tuned: int | None = None,
+             on_step: Callable | None = None, on_result: Callable | None = None):
+        """Spend ``trials`` measurements across the tasks; returns a ``ScheduleResult``.
+
+        A task whose records already hold ``well_tuned`` trials (default: its even share of
+        this budget) is skipped; the others start warm from the global records.
+        """
+        from .measure import LocalBuilder, LocalRunner
+        from .records import RecordWriter, load_records
+        from .space import task_space
+        from .tasks.scheduler import TaskScheduler, history_by_task
+        from .tuner import make_loop
+
+        tasks = [t for t in self.extract() if t.tunable]
+        if not tasks:
+            raise SessionError(f"{self.model.name} has no tunable task")
+        start = time.perf_counter()
+        history = {}
+        if self.records_path.exists():
+            history = history_by_task(load_records(self.records_path), [t.task for t in tasks])
+        if well_tuned is None:
+            well_tuned = max(self.settings.search.batch_size, trials // len(tasks))
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        m = self.settings.measure
+        builder, runner = LocalBuilder(m.build_workers, m.build_timeout_s), LocalRunner(m)
+        run_log, shared = RecordWriter(self.run_dir / "log.jsonl"), RecordWriter(self.records_path)
+        callbacks = [run_log.append, shared.append] + ([on_result] if on_result else [])
+        try:
+            sched = TaskScheduler(
+                [(task_label(t), t.task, t.weight) for t in tasks], builder, runner, self.settings,
+                lambda task: make_loop(tuner, task_space(task), self.settings, features),
+                history=history, callbacks=callbacks, strategy=scheduler, well_tuned=well_tuned,
+                seed=self.settings.seed)
+            self.schedule = sched.run(trials, on_step)
+        finally:
+            builder.close()
+            runner.close()
+            run_log.close()
+            shared.close()
+        self.stages["tune"] = self.stages.get("tune", 0.0) + time.perf_counter() - start
+        self.compiled = None
+        self._write_run()
+        return self.schedule
+
+    # -- build, save, load ------------------------------------------------------------------------------
+    def build(self, tuned: bool = True):
+        """Compile the model, each task with its best record (``tuned=False``: TVM's defaults)."""
+        from .tasks import build_model
+
+        self._need_model("build")
+        start = time.perf_counter()
+        best = self.records_path if tuned and self.records_path.exists() else None
+        self.compiled = build_model(self.model, self.target, best, threads=self.settings.measure.threads)
+        self.stages["build"] = time.perf_counter() - start
+        return self.compiled
+
+    def save(self, directory: str | Path | None = None) -> Path:
+        """Save the built module (default: the run directory's ``module``) and the run summary;
+        the best schedules are also written as a MetaSchedule database beside it."""
+        from .tasks import write_metaschedule_db
+
+        compiled = self._need_compiled("save")
+        out = compiled.save(Path(directory) if directory else self.run_dir / "module")
+        if self.model is not None and self.tasks is not None and self.records_path.exists():
+            write_metaschedule_db([t for t in self.tasks if t.tunable], self.records_path,
+                                  self.run_dir / "metaschedule")
+        self._write_run()
+        return out
+
+    @classmethod
+    def load(cls, run: str | Path, settings: Settings | None = None) -> "Session":
+        """A saved run (by id under the home directory, or a run directory) ready to run."""
+        from .tasks import CompiledModel
+
+        settings = settings or Settings.from_env()
+        run_dir = Path(run) if Path(run).is_dir() else settings.home / "runs" / str(run)
+        info_path = run_dir / RUN_FILE
+        if not info_path.exists():
+            raise SessionError(f"no run {run!r} (looked for {info_path})")
+        info = json.loads(info_path.read_text())
+        module_dir = run_dir / "module"
+        if not module_dir.exists():
+            raise SessionError(f"run {info['run_id']} has no saved module; build and save it first")
+        session = cls(None, info["spec"], settings)
+        session.run_id, session.run_dir = info["run_id"], run_dir
+        session.target, session.stages = info["target"], dict(info.get("stages", {}))
+        session.results = dict(info.get("results", {}))
+        session.compiled = CompiledModel.load(module_dir, threads=settings.measure.threads)
+        return session
+
+    # -- use ----------------------------------------------------------------------------------------------
+    def run(self, *inputs: np.ndarray) -> list[np.ndarray]:
+        """Numpy in, numpy out (a list: one array per model output)."""
+        return self._need_compiled("run").run(*inputs)
+
+    def evaluate(self, repeat: int = 20, min_repeat_ms: int = 0) -> dict:
+        """Latency statistics (milliseconds) over repeated runs on random inputs."""
+        compiled = self._need_compiled("evaluate")
+        start = time.perf_counter()
+        stats = compiled.time(repeat=repeat, min_repeat_ms=min_repeat_ms)
+        self.stages["evaluate"] = time.perf_counter() - start
+        self.results["latency_ms"] = {k: v * 1e3 for k, v in stats.to_json().items() if k != "costs"}
+        self._write_run()
+        return self.results["latency_ms"]
+
+    def torch_latency_ms(self, repeat: int = 20) -> float | None:
+        """PyTorch eager latency of the imported module (None for ONNX imports)."""
+        module, inputs = self._torch
+        if module is None:
+            return None
+        import torch
+
+        torch.set_num_threads(self.settings.measure.threads)
+        with torch.no_grad():
+            module(*inputs)
+            samples = []
+            for _ in range(repeat):
+                start = time.perf_counter()
+                module(*inputs)
+                samples.append(time.perf_counter() - start)
+        return float(np.median(samples) * 1e3)
+
+    # -- bookkeeping ------------------------------------------------------------------------------------
+    def summary(self) -> dict:
+        tasks = []
+        for t in self.tasks or []:
+            res = self.schedule.tasks.get(task_label(t)) if self.schedule else None
+            tasks.append({"name": task_label(t), "key": t.key, "weight": t.weight, "tunable": t.tunable,
+                          "reason": t.reason, "trials": res.trials if res else 0,
+                          "best_us": res.best_cost * 1e6 if res and np.isfinite(res.best_cost) else None})
+        return {"run_id": self.run_id, "spec": self.spec, "target": self.target,
+                "created": self.run_id[:15], "stages": self.stages, "tasks": tasks,
+                "trials": self.schedule.trials if self.schedule else 0,
+                "skipped": self.schedule.skipped if self.schedule else {},
+                "results": self.results}
+
+    def _write_run(self) -> None:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        (self.run_dir / RUN_FILE).write_text(json.dumps(self.summary(), indent=1))
+
+    def _need_model(self, what: str) -> None:
+        if self.model is None:
+            raise SessionError(f"cannot {what}: a loaded run has no model; import it again")
+
+    def _need_compiled(self, what: str):
+        if self.compiled is None:
+            raise SessionError(f"cannot {what}: build() the model first")
+        return self.compiled
+
+
+def task_label(t) -> str:
+    """A task's unique, readable label: its function name (several tasks of a model can share
+    one, e.g. every conv2d+add+relu) plus the head of its key."""
+    return f"{t.name}#{t.key[:6]}"
+
+
+def list_runs(settings: Settings | None = None) -> list[dict]:
+    """Every run under the home directory, newest first."""
+    settings = settings or Settings.from_env()
+    root = settings.home / "runs"
+    runs = []
+    for path in sorted(root.glob(f"*/{RUN_FILE}"), reverse=True) if root.exists() else []:
+        try:
+            runs.append(json.loads(path.read_text()))
+        except (OSError, json.JSONDecodeError):
+            continue  # a run being written right now
+    return runs
+

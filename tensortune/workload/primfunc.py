@@ -1,0 +1,185 @@
+"""``PrimFuncWorkload``: an arbitrary TIR function (e.g. a fused operator of a model) as a workload.
+
+The function travels as TVMScript text, so it serializes into records like any other workload
+and ``workload_from_dict`` parses it back. Its key is the structural hash of the parsed function
+(parameter and buffer names do not matter), so the same fused convolution found in two models,
+or twice in one, is one task and shares its records.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import numpy as np
+
+from .base import Workload, WorkloadError
+
+REFERENCE_TARGET = {"kind": "llvm"}  # correctness only: no CPU-specific flags needed
+
+
+@functools.lru_cache(maxsize=256)
+def _parse(script: str):
+    """The PrimFunc of ``script`` (pure: same text, same function)."""
+    import tvm
+    from tvm.tirx import PrimFunc
+
+    try:
+        func = tvm.script.from_source(script)
+    except Exception as err:  # the TVMScript parser raises DiagnosticError and friends
+        last = str(err).strip().splitlines()[-1][:300] if str(err).strip() else type(err).__name__
+        raise WorkloadError(f"primfunc script does not parse: {last}") from err
+    if not isinstance(func, PrimFunc):
+        raise WorkloadError(f"primfunc script must define a T.prim_func, got {type(func).__name__}")
+    return func
+
+
+@functools.lru_cache(maxsize=256)
+def _structural_key(script: str) -> str:
+    import tvm_ffi
+
+    # map_free_vars: the hash ignores names, so re-imported copies of a function agree
+    h = tvm_ffi.structural_hash(_parse(script), map_free_vars=True)
+    return f"{h & (2**64 - 1):016x}"
+
+
+def canonical(func):
+    """``func`` without a global symbol: what a workload stores and what its key hashes."""
+    if func.attrs is not None and "global_symbol" in func.attrs:
+        func = func.without_attr("global_symbol")
+    return func
+
+
+def _param_signature(param) -> tuple[tuple, str]:
+    """``(shape, dtype)`` of a buffer parameter; ``WorkloadError`` for scalars and symbolic
+    shapes."""
+    try:
+        shape, dtype = param.shape, param.dtype  # only buffer parameters have them
+    except AttributeError:
+        raise WorkloadError(f"parameter {param.name} is a scalar, not a buffer") from None
+    dims = []
+    for d in shape:
+        if not hasattr(d, "value"):
+            raise WorkloadError(f"parameter {param.name} has a symbolic shape {list(shape)}")
+        dims.append(int(d.value))
+    return tuple(dims), str(dtype)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, eq=False)
+class PrimFuncWorkload(Workload):
+    """A TIR PrimFunc in destination-passing style: inputs first, then ``num_outputs`` outputs.
+
+    ``dtype`` is the (first) output's dtype. ``reference`` runs the *unscheduled* function
+    compiled by TVM's default path: there is no numpy definition of an arbitrary fused function,
+    so a tuned schedule is checked against TVM's own straightforward lowering of the same TIR.
+    """
+
+    op = "primfunc"
+    script: str = ""
+    name: str = "primfunc"  # readable label (e.g. "fused_conv2d_add_relu"); not part of the key
+    num_outputs: int = 1
+
+    def __post_init__(self):
+        if not isinstance(self.script, str) or not self.script.strip():
+            raise WorkloadError("primfunc workload needs a non-empty TVMScript 'script'")
+        if not isinstance(self.num_outputs, int) or self.num_outputs < 1:
+            raise WorkloadError(f"num_outputs must be a positive integer, got {self.num_outputs!r}")
+        n_params = len(_parse(self.script).params)
+        if self.num_outputs > n_params:
+            raise WorkloadError(f"{self.name}: {self.num_outputs} output(s) but only "
+                                f"{n_params} parameter(s)")
+
+    @staticmethod
+    def from_prim_func(func, name: str = "primfunc", num_outputs: int = 1) -> "PrimFuncWorkload":
+        """Wrap a PrimFunc (its global symbol, if any, is dropped)."""
+        func = canonical(func)
+        out = func.params[len(func.params) - num_outputs]
+        return PrimFuncWorkload(script=func.script(), name=name, num_outputs=num_outputs,
+                                dtype=str(getattr(out, "dtype", "float32")))
+
+    # -- identity -----------------------------------------------------------------------------
+    @property
+    def key(self) -> str:
+        """``primfunc-<structural hash>`` (plus ``-o<n>`` for a function with n > 1 outputs)."""
+        suffix = f"-o{self.num_outputs}" if self.num_outputs != 1 else ""
+        return f"primfunc-{_structural_key(self.script)}{suffix}"
+
+    def __eq__(self, other):
+        return isinstance(other, PrimFuncWorkload) and self.key == other.key
+
+    def __hash__(self):
+        return hash(self.key)
+
+    def describe(self) -> str:
+        def shape(s):
+            return "x".join(map(str, s)) or "()"
+
+        try:
+            ins = ", ".join(shape(s) for s in self.input_shapes)
+            outs = ", ".join(shape(s) for s, _ in self._signature()[-self.num_outputs:])
+        except WorkloadError as err:
+            return f"{self.name}({err})"
+        return f"{self.name}({ins} -> {outs})"
+
+    # -- definition ---------------------------------------------------------------------------
+    def prim_func(self):
+        """The parsed function, with global symbol ``main`` (what builders and runners call)."""
+        return _parse(self.script).with_attr("global_symbol", "main")
+
+    def build_te(self):
+        raise WorkloadError("a primfunc workload has no TE definition; use prim_func()")
+
+    def _signature(self) -> list[tuple[tuple, str]]:
+        return [_param_signature(p) for p in _parse(self.script).params]
+
+    @property
+    def flops(self) -> int:
+        import tvm
+        from tvm.s_tir.analysis import estimate_tir_flops
+
+        return int(estimate_tir_flops(tvm.IRModule({"main": self.prim_func()})))
+
+    @property
+    def input_shapes(self) -> list[tuple[int, ...]]:
+        return [s for s, _ in self._signature()[: -self.num_outputs]]
+
+    @property
+    def input_dtypes(self) -> list[str]:
+        return [d for _, d in self._signature()[: -self.num_outputs]]
+
+    @property
+    def output_shape(self) -> tuple[int, ...]:
+        if self.num_outputs != 1:
+            raise WorkloadError(f"{self.name} has {self.num_outputs} outputs; output_shape "
+                                f"needs exactly one")
+        return self._signature()[-1][0]
+
+    def random_inputs(self, seed: int = 0) -> list[np.ndarray]:
+        """Uniform [-1, 1) floats; integer inputs are zeros (they are usually indices, and
+        zero is in bounds for every gather) and booleans random."""
+        rng = np.random.default_rng(seed)
+        out = []
+        for shape, dtype in self._signature()[: -self.num_outputs]:
+            if dtype.startswith(("float", "bfloat")):
+                out.append(rng.uniform(-1, 1, shape).astype(dtype))
+            elif dtype == "bool":
+                out.append(rng.integers(0, 2, shape).astype(bool))
+            else:
+                out.append(np.zeros(shape, dtype))
+        return out
+
+    def reference(self, *inputs: np.ndarray):
+        """The output(s) of the unscheduled function built by ``tvm.compile`` (one array, or a
+        tuple when the function has several outputs)."""
+        import tvm
+
+        sig = self._signature()
+        n_in = len(sig) - self.num_outputs
+        if len(inputs) != n_in:
+            raise WorkloadError(f"{self.name} takes {n_in} inputs, got {len(inputs)}")
+        mod = tvm.IRModule({"main": self.prim_func()})
+        lib = tvm.compile(mod, target=tvm.target.Target(REFERENCE_TARGET))
+        dev = tvm.cpu()
+        outs = [tvm.runtime.tensor(np.zeros(s, d), dev) for s, d in sig[-self.num_outputs:]]
+        lib["main"](*[tvm.runtime.tensor(np.ascontiguousarray(x), dev) for x in inputs], *outs)
+        arrays = tuple(o.numpy() for o in outs)
+        return arrays[0] if self.num_outputs == 1 else arrays

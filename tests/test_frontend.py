@@ -1,0 +1,144 @@
+"""Model import from PyTorch and ONNX: signatures, numerics, and refusals that name the problem."""
+import warnings
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from onnx import TensorProto, helper
+
+from tensortune.frontend import (Model, ModelImportError, UnsupportedOperatorError, from_onnx,
+                                 from_torch, unsupported_ops)
+from tensortune.tasks import build_model
+from tensortune.workload import default_target
+
+
+class Tiny(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(4)
+        self.fc = torch.nn.Linear(4 * 8 * 8, 5)
+
+    def forward(self, x):
+        return self.fc(torch.relu(self.bn(self.conv(x))).flatten(1))
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    torch.manual_seed(0)
+    module = Tiny().eval()
+    with torch.no_grad():
+        module.bn.running_mean.uniform_(-0.5, 0.5)
+        module.bn.running_var.uniform_(0.5, 2.0)
+    return module
+
+
+def _default_build_matches_torch(model: Model, module, x: np.ndarray):
+    with torch.no_grad():
+        expected = module(torch.from_numpy(x)).numpy()
+    (got,) = build_model(model, default_target(2)).run(x)
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_from_torch_reads_the_signature_and_computes_what_torch_does(tiny):
+    x = np.random.default_rng(0).standard_normal((1, 3, 8, 8)).astype("float32")
+    model = from_torch(tiny, (torch.from_numpy(x),))
+    assert model.source == "torch" and model.name == "Tiny"
+    assert [(t.shape, t.dtype) for t in model.inputs] == [((1, 3, 8, 8), "float32")]
+    assert [(t.shape, t.dtype) for t in model.outputs] == [((1, 5), "float32")]
+    assert "Tiny (torch)" in model.describe()
+    _default_build_matches_torch(model, tiny, x)
+
+
+def test_from_torch_exports_in_inference_mode_and_restores_training_mode(tiny):
+    tiny.train()
+    try:
+        model = from_torch(tiny, (torch.zeros(1, 3, 8, 8),))
+        assert tiny.training
+    finally:
+        tiny.eval()
+    x = np.random.default_rng(1).standard_normal((1, 3, 8, 8)).astype("float32")
+    _default_build_matches_torch(model, tiny, x)  # running statistics, not batch statistics
+
+
+def test_from_torch_names_the_operators_it_cannot_convert():
+    class Special(torch.nn.Module):
+        def forward(self, x):
+            return torch.lgamma(x) + torch.digamma(x)
+
+    with pytest.raises(UnsupportedOperatorError) as err:
+        from_torch(Special(), (torch.rand(3) + 1,))
+    assert err.value.ops == ("digamma.default", "lgamma.default")
+    assert "lgamma.default" in str(err.value)
+    with pytest.raises(TypeError, match="tuple"):
+        from_torch(Special(), torch.rand(3))
+
+
+def test_from_torch_reports_export_failures():
+    class DataDependent(torch.nn.Module):
+        def forward(self, x):
+            return x * 2 if x.sum() > 0 else x
+
+    with pytest.raises(ModelImportError, match="torch.export failed"):
+        from_torch(DataDependent(), (torch.ones(3),))
+
+
+def _export_onnx(module, path, dynamic_batch=False):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the legacy exporter announces its deprecation
+        torch.onnx.export(module, (torch.zeros(1, 3, 8, 8),), str(path), dynamo=False,
+                          input_names=["data"], output_names=["logits"],
+                          dynamic_axes={"data": {0: "batch"}} if dynamic_batch else None)
+
+
+def test_from_onnx_file_matches_torch(tiny, tmp_path):
+    path = tmp_path / "tiny.onnx"
+    _export_onnx(tiny, path)
+    model = from_onnx(path)
+    assert model.source == "onnx" and model.name == "tiny"
+    assert [(t.name, t.shape) for t in model.inputs] == [("data", (1, 3, 8, 8))]
+    x = np.random.default_rng(2).standard_normal((1, 3, 8, 8)).astype("float32")
+    _default_build_matches_torch(model, tiny, x)
+
+
+def test_from_onnx_needs_shapes_for_symbolic_inputs(tiny, tmp_path):
+    path = tmp_path / "dynamic.onnx"
+    _export_onnx(tiny, path, dynamic_batch=True)
+    with pytest.raises(ModelImportError,
+                       match="input 'data' has a symbolic shape \\['batch', 3, 8, 8\\]"):
+        from_onnx(path)
+    with pytest.raises(ModelImportError, match="unknown input.*'image'.*inputs are \\['data'\\]"):
+        from_onnx(path, input_shapes={"image": (1, 3, 8, 8)})
+    model = from_onnx(onnx.load(str(path)), input_shapes={"data": (2, 3, 8, 8)})
+    assert model.inputs[0].shape == (2, 3, 8, 8) and model.outputs[0].shape == (2, 5)
+    x = np.random.default_rng(3).standard_normal((2, 3, 8, 8)).astype("float32")
+    _default_build_matches_torch(model, tiny, x)
+
+
+def _graph_with(op_type: str, domain: str = ""):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])
+    nodes = [helper.make_node("Relu", ["x"], ["h"]),
+             helper.make_node(op_type, ["h"], ["y"], domain=domain)]
+    opsets = [helper.make_opsetid("", 17)] + ([helper.make_opsetid(domain, 1)] if domain else [])
+    return helper.make_model(helper.make_graph(nodes, "g", [x], [y]), opset_imports=opsets)
+
+
+def test_from_onnx_names_unsupported_operators_before_converting(tmp_path):
+    with pytest.raises(UnsupportedOperatorError) as err:
+        from_onnx(_graph_with("MadeUpOp"))
+    assert err.value.ops == ("MadeUpOp",) and "MadeUpOp" in str(err.value)
+    # a foreign domain's op would be mistaken for the standard op of the same name
+    path = tmp_path / "custom.onnx"
+    onnx.save(_graph_with("Relu", "com.example"), str(path))
+    with pytest.raises(UnsupportedOperatorError, match="com.example::Relu"):
+        from_onnx(path)
+    assert unsupported_ops(_graph_with("Relu")) == []
+
+
+def test_from_onnx_reports_unreadable_files(tmp_path):
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"not a protobuf")
+    with pytest.raises(ModelImportError, match="cannot read ONNX model"):
+        from_onnx(bad)

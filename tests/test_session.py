@@ -1,0 +1,91 @@
+"""The facade end to end on a tiny model: import, tune, build, save, load, run, evaluate."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from tensortune.session import Session, SessionError, list_runs  # noqa: E402
+from tensortune.settings import MeasureSettings, SearchSettings, Settings  # noqa: E402
+
+
+class Tiny(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(8)
+        self.fc = torch.nn.Linear(8 * 8 * 8, 10)
+
+    def forward(self, x):
+        y = torch.relu(self.bn(self.conv(x)))
+        return self.fc(y.flatten(1))
+
+
+@pytest.fixture()
+def settings(tmp_path):
+    return Settings(home=tmp_path / "home",
+                    measure=MeasureSettings(number=1, repeat=2, min_repeat_ms=1, run_timeout_s=10),
+                    search=SearchSettings(batch_size=4, sa_chains=8, sa_steps=10))
+
+
+def _tiny():
+    torch.manual_seed(0)
+    model = Tiny().eval()
+    with torch.no_grad():
+        model.bn.running_mean.uniform_(-0.5, 0.5)
+        model.bn.running_var.uniform_(0.5, 1.5)
+    return model, (torch.randn(1, 3, 8, 8),)
+
+
+def test_tune_build_save_load_run_matches_pytorch_and_second_run_is_warm(settings):
+    module, inputs = _tiny()
+    expected = module(*inputs).detach().numpy()
+    s = Session.from_torch(module, inputs, name="tiny", settings=settings)
+    tasks = s.extract()
+    assert sum(t.tunable for t in tasks) == 2  # conv(+bn+relu folded) and dense
+    result = s.tune(8, scheduler="round-robin")
+    assert result.trials == 8
+    s.build()
+    out = s.run(inputs[0].numpy())
+    np.testing.assert_allclose(out[0], expected, rtol=1e-3, atol=1e-3)
+    saved = s.save()
+    assert (s.run_dir / "run.json").exists() and saved.exists()
+    assert {"import", "extract", "tune", "build"} <= set(s.stages)
+
+    loaded = Session.load(s.run_id, settings=settings)
+    np.testing.assert_allclose(loaded.run(inputs[0].numpy())[0], expected, rtol=1e-3, atol=1e-3)
+    lat = loaded.evaluate(repeat=3)
+    assert lat["median"] > 0
+    with pytest.raises(SessionError, match="no model"):
+        loaded.tune(4)
+    assert [r["run_id"] for r in list_runs(settings)][0] == s.run_id
+
+    # the same model again: its tasks are already tuned (each got its share), so nothing runs
+    again = Session.from_torch(module, inputs, name="tiny", settings=settings)
+    second = again.tune(8, scheduler="round-robin")
+    assert second.trials == 0 and len(second.skipped) == 2
+    again.build()
+    np.testing.assert_allclose(again.run(inputs[0].numpy())[0], expected, rtol=1e-3, atol=1e-3)
+
+
+def test_onnx_import_tunes_and_matches(settings, tmp_path):
+    module, inputs = _tiny()
+    path = tmp_path / "tiny.onnx"
+    torch.onnx.export(module, inputs, str(path), input_names=["x"], dynamo=False)
+    s = Session.from_onnx(path, settings=settings)
+    s.tune(4, scheduler="round-robin")
+    s.build()
+    np.testing.assert_allclose(s.run(inputs[0].numpy())[0], module(*inputs).detach().numpy(),
+                               rtol=1e-3, atol=1e-3)
+
+
+def test_run_before_build_is_refused(settings):
+    module, inputs = _tiny()
+    s = Session.from_torch(module, inputs, settings=settings)
+    with pytest.raises(SessionError, match="build"):
+        s.run(inputs[0].numpy())
+    with pytest.raises(SessionError, match="no run"):
+        Session.load("nonexistent", settings=settings)
