@@ -1,6 +1,7 @@
 """Compile a whole model with the best configs found, and run, time, save and load the result."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -204,7 +205,8 @@ class CompiledModel:
             if Path(self._library_path).resolve() != (out / LIBRARY).resolve():
                 shutil.copyfile(self._library_path, out / LIBRARY)
         else:
-            self._library.export_library(str(out / LIBRARY))
+            with _without_native_lines("Scope Saving:"):
+                self._library.export_library(str(out / LIBRARY))
         meta = {"name": self.name, "inputs": [t.to_json() for t in self.inputs],
                 "outputs": [t.to_json() for t in self.outputs], "tuned": list(self.tuned),
                 "target": self.target, "tvm": tvm.__version__}
@@ -226,6 +228,28 @@ class CompiledModel:
                              tuple(TensorInfo.from_json(t) for t in meta["outputs"]),
                              tuple(meta.get("tuned", ())), meta.get("name", "model"),
                              meta.get("target"), str(path / LIBRARY))
+
+
+@contextlib.contextmanager
+def _without_native_lines(noise: str):
+    """Drop one known debug line that TVM 0.27's VM prints (to the C++ stderr, once per memory
+    scope) on every export; anything else it prints is passed through afterwards."""
+    import sys
+    import tempfile
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile(mode="w+b") as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            for line in sink.read().decode(errors="replace").splitlines(keepends=True):
+                if noise not in line:
+                    sys.stderr.write(line)
 
 
 def _flatten(value) -> list[np.ndarray]:
