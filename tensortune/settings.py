@@ -19,7 +19,8 @@ class MeasureSettings:
     # CPUs ("ignore hyper-threading"), i.e. one thread on a 2-vCPU machine
     threads: int = field(default_factory=lambda: os.cpu_count() or 1)
     build_workers: int = 2
-    build_timeout_s: float = 30.0
+    # a candidate that takes longer to compile is a huge unrolled kernel, slow anyway
+    build_timeout_s: float = 10.0
     run_timeout_s: float = 20.0
     number: int = 4
     repeat: int = 3
@@ -42,6 +43,11 @@ class SearchSettings:
     sa_restarts: int = 1
     sa_t_start: float = 1.0
     sa_t_end: float = 0.0
+    ga_population: int = 128
+    ga_generations: int = 8
+    ga_elite: int = 16
+    ga_tournament: int = 3
+    ga_mutation: float = 0.5  # chance that a child also takes one ``space.neighbor`` step
     early_stop_trials: int = 0  # 0 disables: stop a task after this many trials without improvement
 
 

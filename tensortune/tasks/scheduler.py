@@ -86,12 +86,16 @@ class TaskScheduler:
         start = time.perf_counter()
         spent, order = 0, []
         batch = self.settings.search.batch_size
+        # the warm-up round must leave most of a small budget to the scheduler's choices
+        live_count = sum(not p.done for p in self.progress) or 1
+        warmup = max(4, min(batch, trials // (2 * live_count)))
         while spent < trials:
             live = [p for p in self.progress if not p.done]
             if not live:
                 break
             prog = self._pick(live)
-            charged = prog.loop.step(prog.evaluator, min(batch, trials - spent))
+            size = batch if prog.bests else warmup
+            charged = prog.loop.step(prog.evaluator, min(size, trials - spent))
             spent += charged
             prog.bests.append(prog.best)
             order.append(prog.name)
