@@ -38,7 +38,7 @@ def _load_runtime(threads: int) -> None:
     from .. import workload  # noqa: F401
 
 
-@functools.lru_cache(maxsize=8)
+@functools.lru_cache(maxsize=48)  # a model has up to a few dozen tasks
 def _data(workload, seed: int):
     # Cached per worker process: inputs and the numpy reference are the same for every
     # candidate of a workload, and the reference of a large conv2d is not cheap.
