@@ -4,11 +4,14 @@ from __future__ import annotations
 from .base import CachedExtractor, ConcatFeatures, FeatureExtractor
 from .curve import CurveFeatures
 from .graph import GraphFeatures, TaskGraph, task_graph
+from .hardware_cpu import HardwareCPUFeatures
+from .hardware_cuda import HardwareCUDAFeatures
 from .itervar import IterVarFeatures, feature_names
 from .knob import KnobFeatures
 
 EXTRACTORS = {"knob": KnobFeatures, "itervar": IterVarFeatures, "curve": CurveFeatures,
-              "graph": GraphFeatures}
+              "graph": GraphFeatures, "hardware": HardwareCPUFeatures,
+              "hardware_cuda": HardwareCUDAFeatures}
 
 
 def make_extractor(names: str | list[str]) -> FeatureExtractor:
@@ -25,4 +28,4 @@ def make_extractor(names: str | list[str]) -> FeatureExtractor:
 
 __all__ = ["FeatureExtractor", "CachedExtractor", "ConcatFeatures", "KnobFeatures",
            "IterVarFeatures", "feature_names", "make_extractor", "EXTRACTORS", "CurveFeatures",
-           "GraphFeatures", "TaskGraph", "task_graph"]
+           "GraphFeatures", "TaskGraph", "task_graph", "HardwareCPUFeatures", "HardwareCUDAFeatures"]

@@ -3,11 +3,12 @@ from __future__ import annotations
 
 from .config import Config
 from .cpu_template import TemplateMismatch, generic_cpu
+from .cuda_template import cuda_generic
 from .knobs import ChoiceKnob, SplitKnob
 from .space import ConfigSpace, InvalidConfigError
 from .template import ConfigSource, SpaceBuilder, apply_template, define_space
 
-TEMPLATES = {"cpu.generic": generic_cpu}
+TEMPLATES = {"cpu.generic": generic_cpu, "cuda.generic": cuda_generic}
 
 
 def _template(name: str):
