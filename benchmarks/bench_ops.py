@@ -9,7 +9,6 @@ machines; the ratios, measured side by side, are the result.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 import tempfile

@@ -4,8 +4,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
-from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.console import Console

@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from tensortune.measure import (BuildResult, ErrorKind, JobFailure, LocalBuilder, LocalRunner,
+from tensortune.measure import (ErrorKind, JobFailure, LocalBuilder, LocalRunner,
                                 MeasureInput, MeasureResult, Runner, WorkerPool)
 from tensortune.measure.pool import CRASHED, ERROR, TIMEOUT
 from tensortune.settings import MeasureSettings

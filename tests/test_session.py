@@ -1,7 +1,6 @@
 """The facade end to end on a tiny model: import, tune, build, save, load, run, evaluate."""
 from __future__ import annotations
 
-import dataclasses
 
 import numpy as np
 import pytest

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tensortune.measure import MeasureResult
-from tensortune.records import RecordWriter, load_records
+from tensortune.records import load_records
 from tensortune.search import STRATEGIES
 from tensortune.settings import MeasureSettings, SearchSettings, Settings
 from tensortune.space import task_space

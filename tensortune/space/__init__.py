@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 from .config import Config
-from .cpu_template import TemplateMismatch, generic_cpu
+from .analysis import TemplateMismatch
+from .cpu_template import generic_cpu
 from .cuda_template import cuda_generic
 from .knobs import ChoiceKnob, SplitKnob
 from .space import ConfigSpace, InvalidConfigError

@@ -10,8 +10,7 @@ operands (copied per tile, the vectorized dimension moved innermost), and an unr
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from .analysis import TemplateMismatch, analyze, short_name
 from .space import InvalidConfigError
 
 VECTOR_MAX = 64  # lanes of one vectorized inner loop (LLVM splits into zmm registers)
@@ -19,49 +18,6 @@ REGISTER_TILE_MAX = 512  # elements of the unrolled S3 tile; beyond this only sp
 UNROLL_STEPS = (0, 16, 64, 512)
 OUTER_MODES = ("S1/1", "S0/1", "S1/2")  # write-back level / number of fused parallel levels
 PACK_LEVELS = ("none", "root", "S1", "R0")  # where an input operand is copied into panel layout
-
-
-class TemplateMismatch(InvalidConfigError):
-    """The function has no block that this template can schedule."""
-
-
-@dataclass(frozen=True)
-class MainBlockInfo:
-    name: str
-    spatial: tuple[tuple[str, int], ...]
-    reduce: tuple[tuple[str, int], ...]
-    # for each input buffer of the main block: per dimension, the iter-var names it uses
-    reads: tuple[tuple[str, tuple[frozenset, ...], bool], ...]
-
-
-def analyze(sch) -> MainBlockInfo:
-    """Find the single reduction block and how each of its inputs is indexed."""
-    from tvm.tirx.analysis import undefined_vars
-
-    func = sch.mod["main"]
-    params = {p.name for p in func.params}
-    reductions = []
-    for block_rv in sch.get_child_blocks(sch.get_sblock("root")):
-        block = sch.get(block_rv)
-        kinds = [iv.iter_type for iv in block.iter_vars]
-        if 2 in kinds:
-            reductions.append(block)
-    if len(reductions) != 1:
-        raise TemplateMismatch(f"cpu.generic needs exactly one reduction block, found {len(reductions)}")
-    block = reductions[0]
-    spatial, reduce = [], []
-    for iv in block.iter_vars:
-        if iv.iter_type not in (0, 2):
-            raise TemplateMismatch(f"block {block.name_hint}: unsupported iterator kind {iv.iter_type}")
-        (spatial if iv.iter_type == 0 else reduce).append((iv.var.name, int(iv.dom.extent)))
-    reads = []
-    for region in block.reads:
-        buf = region.source
-        if buf.name == block.writes[0].source.name:
-            continue
-        dims = tuple(frozenset(v.name for v in undefined_vars(r.min)) for r in region.region)
-        reads.append((buf.name, dims, buf.name in params))
-    return MainBlockInfo(block.name_hint, tuple(spatial), tuple(reduce), tuple(reads))
 
 
 def generic_cpu(cfg, sch):
@@ -75,10 +31,10 @@ def generic_cpu(cfg, sch):
     vec_options = [n for n, e in info.spatial if e > 1] or spatial_names[-1:]
 
     # -- knobs (fixed order; none depends on another's value) ------------------------------------
-    s_tiles = [cfg.split(f"tile_{_short(n)}", e, 4, max_inner=VECTOR_MAX) for n, e in info.spatial]
-    r_tiles = [cfg.split(f"tile_{_short(n)}", e, 2) for n, e in info.reduce]
-    vec_axis = vec_options[[_short(n) for n in vec_options].index(
-        cfg.choice("vector_axis", tuple(_short(n) for n in vec_options[::-1])))]
+    s_tiles = [cfg.split(f"tile_{short_name(n)}", e, 4, max_inner=VECTOR_MAX) for n, e in info.spatial]
+    r_tiles = [cfg.split(f"tile_{short_name(n)}", e, 2) for n, e in info.reduce]
+    vec_axis = vec_options[[short_name(n) for n in vec_options].index(
+        cfg.choice("vector_axis", tuple(short_name(n) for n in vec_options[::-1])))]
     outer = cfg.choice("outer", OUTER_MODES)
     producer_at = cfg.choice("producer_at", ("inline", "root")) if producers else None
     packable = [name for name, _, is_param in info.reads if is_param]
@@ -195,10 +151,6 @@ def _panel(d, others, tile):
 
 def _permutation(perm):
     return lambda *idx: [idx[d] for d in perm]
-
-
-def _short(name: str) -> str:
-    return name[2:] if name.startswith("v_") else name
 
 
 def _extent(sch, loop) -> int:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 
-from .cpu_template import _short, analyze
+from .analysis import analyze, short_name
 from .space import InvalidConfigError
 
 MAX_THREADS = 1024  # threads per block
@@ -35,8 +35,8 @@ def cuda_generic(cfg, sch):
         raise InvalidConfigError(f"block {info.name} has no reduction axis")
 
     # -- knobs (fixed order; none depends on another's value) ------------------------------------
-    s_tiles = [cfg.split(f"tile_{_short(n)}", e, 4) for n, e in info.spatial]
-    r_tiles = [cfg.split(f"tile_{_short(n)}", e, 2) for n, e in info.reduce]
+    s_tiles = [cfg.split(f"tile_{short_name(n)}", e, 4) for n, e in info.spatial]
+    r_tiles = [cfg.split(f"tile_{short_name(n)}", e, 2) for n, e in info.reduce]
     unroll = cfg.choice("unroll", UNROLL_STEPS)
     unroll_explicit = cfg.choice("unroll_explicit", (0, 1))
 
