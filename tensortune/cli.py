@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from .cli_costmodel import register as register_costmodel_commands
 from .cli_model import register as register_model_commands
 from .settings import Settings
 from .workload import OPS, Task, WorkloadError, default_target, workload_from_dict
@@ -77,7 +78,7 @@ def tune_op(
     dilation: int = typer.Option(1, help="conv2d: dilation"),
     groups: int = typer.Option(1, help="conv2d: groups (= channels for depthwise)"),
     trials: int = typer.Option(256, help="measurement budget"),
-    tuner: str = typer.Option("xgb", help="xgb | random | grid"),
+    tuner: str = typer.Option("xgb", help="xgb | gtuner | random | grid"),
     features: str = typer.Option("knob", help="cost-model features, e.g. knob or knob+itervar"),
     log: Optional[Path] = typer.Option(None, help="JSON-lines records (appended; resumed if present)"),
     seed: int = typer.Option(0, help="random seed"),
@@ -184,6 +185,7 @@ def best(log: Path = typer.Argument(..., help="records file"),
 
 
 register_model_commands(app)
+register_costmodel_commands(app)
 
 
 def main():  # pragma: no cover - console entry point

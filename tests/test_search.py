@@ -54,8 +54,8 @@ def run(name, n, exclude=frozenset(), model=None, seed=0, settings=SearchSetting
                             seeds=seeds)
 
 
-def test_strategy_table_names_the_three_strategies():
-    assert set(STRATEGIES) == {"random", "grid", "sa"}
+def test_strategy_table_names_the_strategies():
+    assert set(STRATEGIES) == {"random", "grid", "sa", "ga"}
 
 
 @pytest.mark.parametrize("name,model", [("random", None), ("grid", None), ("sa", None),

@@ -1,8 +1,9 @@
 """Search strategies. Each is ``propose(space, model, task, n, exclude, rng, settings, seeds=())``
 returning up to ``n`` distinct configs not in ``exclude``."""
-from . import annealing, grid, random_search
+from . import annealing, genetic, grid, random_search
 from .random_search import sample_unexplored
 
-STRATEGIES = {"random": random_search.propose, "grid": grid.propose, "sa": annealing.propose}
+STRATEGIES = {"random": random_search.propose, "grid": grid.propose, "sa": annealing.propose,
+              "ga": genetic.propose}
 
-__all__ = ["STRATEGIES", "sample_unexplored", "annealing", "grid", "random_search"]
+__all__ = ["STRATEGIES", "sample_unexplored", "annealing", "genetic", "grid", "random_search"]

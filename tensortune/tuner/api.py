@@ -13,20 +13,32 @@ from ..workload import Task
 from .evaluator import Evaluator
 from .loop import TuneLoop, TuneResult
 
-TUNERS = ("xgb", "random", "grid")
+TUNERS = ("xgb", "gtuner", "random", "grid")
+SEARCHES = ("sa", "ga")
 
 
 def make_loop(tuner: str, space, settings: Settings, features: str = "knob",
-              objective: str = "rank") -> TuneLoop:
-    """A ``TuneLoop`` for a tuner name: ``xgb`` (SA guided by XGBoost), ``random`` or ``grid``."""
+              objective: str = "rank", search: str = "sa", model=None) -> TuneLoop:
+    """A ``TuneLoop`` for a tuner name: ``xgb`` (XGBoost) or ``gtuner`` (graph attention network)
+    guiding ``search`` (``sa`` annealing or ``ga`` genetic), or model-free ``random`` / ``grid``.
+
+    ``model`` replaces the tuner's fresh cost model, e.g. one pretrained on other tasks.
+    """
     from ..search import STRATEGIES
 
-    if tuner == "xgb":
-        from ..cost_model import XGBoostModel
-        from ..features import make_extractor
+    if search not in SEARCHES:
+        raise ValueError(f"unknown search {search!r}; choose one of {', '.join(SEARCHES)}")
+    if tuner in ("xgb", "gtuner"):
+        if model is None and tuner == "xgb":
+            from ..cost_model import XGBoostModel
+            from ..features import make_extractor
 
-        model = XGBoostModel(make_extractor(features), objective=objective, seed=settings.seed)
-        return TuneLoop(space, STRATEGIES["sa"], model, settings.search, settings.seed)
+            model = XGBoostModel(make_extractor(features), objective=objective, seed=settings.seed)
+        elif model is None:
+            from ..cost_model import GTunerModel
+
+            model = GTunerModel(features, seed=settings.seed)
+        return TuneLoop(space, STRATEGIES[search], model, settings.search, settings.seed)
     if tuner in ("random", "grid"):
         return TuneLoop(space, STRATEGIES[tuner], None, settings.search, settings.seed)
     raise ValueError(f"unknown tuner {tuner!r}; choose one of {', '.join(TUNERS)}")
@@ -36,17 +48,19 @@ def tune_task(task: Task, trials: int, tuner: str = "xgb", log: str | Path | Non
               settings: Settings | None = None,
               callbacks: Sequence[Callable[[MeasureInput, MeasureResult], None]] = (),
               resume: bool = True, features: str = "knob",
-              on_corrupt: Callable[[int, str], None] | None = None) -> TuneResult:
+              on_corrupt: Callable[[int, str], None] | None = None, search: str = "sa",
+              model=None) -> TuneResult:
     """Tune ``task`` for ``trials`` new measurements, appending every one to ``log``.
 
     With ``resume`` the log's earlier measurements of this task are skipped and warm-start the
-    cost model, so a killed run continues where it stopped.
+    cost model, so a killed run continues where it stopped. ``search`` and ``model`` are as in
+    ``make_loop``.
     """
     settings = settings or Settings()
     if trials < 0:
         raise ValueError(f"trials must be >= 0, got {trials}")
     space = task_space(task)
-    loop = make_loop(tuner, space, settings, features)
+    loop = make_loop(tuner, space, settings, features, search=search, model=model)
     history = []
     if log is not None and resume and Path(log).exists():
         for rec in records_for(load_records(log, on_corrupt=on_corrupt), task):

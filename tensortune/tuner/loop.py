@@ -52,8 +52,10 @@ class TuneLoop:
         if n <= 0 or self.exhausted:
             return 0
         exclude = evaluator.measured
-        if self.model is not None and not self._model_ready(evaluator):
-            batch = self.space.sample_many(n, self.rng, exclude)  # cold start: explore
+        # cold start: explore, unless the model was trained before (pretrained on other tasks)
+        if self.model is not None and not self._model_ready(evaluator) and not getattr(
+                self.model, "trained", False):
+            batch = self.space.sample_many(n, self.rng, exclude)
         else:
             batch = self.propose(self.space, self.model, evaluator.task, n, exclude, self.rng,
                                  self.settings, seeds=evaluator.top(8))

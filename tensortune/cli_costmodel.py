@@ -1,0 +1,265 @@
+"""Command line for cost-model datasets and evaluation: ``tensortune dataset collect|info`` and
+``tensortune costmodel eval|compare``."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich import box
+from rich.console import Console
+from rich.measure import Measurement
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.table import Table
+
+from .settings import Settings
+
+console = Console(stderr=True)
+dataset_app = typer.Typer(add_completion=False, no_args_is_help=True,
+                          help="Collect and inspect datasets of measurements.")
+costmodel_app = typer.Typer(add_completion=False, no_args_is_help=True,
+                            help="Evaluate cost models on a dataset.")
+
+
+def _fail(message: str) -> None:
+    console.print(f"[red]error:[/red] {message}")
+    raise typer.Exit(2)
+
+
+def _names(text: str) -> list[str]:
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
+def _load(path: Path):
+    from .dataset import load_dataset
+
+    if not path.exists():
+        _fail(f"no such dataset: {path}")
+
+    def corrupt(lineno, reason):
+        console.print(f"[yellow]warning:[/yellow] {path}:{lineno}: skipped corrupt record "
+                      f"({reason})")
+
+    try:
+        dataset = load_dataset(path, on_corrupt=corrupt)
+    except ValueError as err:
+        _fail(str(err))
+    if not len(dataset):
+        _fail(f"{path} holds no records")
+    return dataset
+
+
+# -- dataset ---------------------------------------------------------------------------------------
+
+@dataset_app.command("collect")
+def collect(
+    tasks: str = typer.Option("benchmark", help="comma-separated: benchmark, a benchmark "
+                              "operator (conv2d_C7, conv2d_C12, matmul_512, dense_128x768x3072) "
+                              "or a zoo model (resnet18, mobilenet_v2, bert_base, ...)"),
+    per_task: int = typer.Option(128, help="measured configs per task (records already in the "
+                                 "file count)"),
+    out: Path = typer.Option(Path("data/dataset.jsonl"), help="records file (appended, resumed)"),
+    random_fraction: float = typer.Option(0.5, help="share of random configs; the rest are "
+                                          "XGBoost-guided"),
+    features: str = typer.Option("knob", help="features of the guiding XGBoost model"),
+    seed: int = typer.Option(0, help="random seed"),
+    as_json: bool = typer.Option(False, "--json", help="end with one JSON summary line on stdout"),
+):
+    """Measure random and tuner-guided configs of many tasks into one records file."""
+    from .dataset import collect_dataset, resolve_tasks
+    from .workload import default_target
+
+    settings = dataclasses.replace(Settings.from_env(), seed=seed)
+    target = settings.target or default_target(settings.measure.threads)
+    try:
+        resolved = resolve_tasks(_names(tasks), target,
+                                 on_model=lambda m: console.print(f"extracting the tasks of {m}"))
+        if per_task < 0 or not 0 <= random_fraction <= 1:
+            raise ValueError("--per-task must be >= 0 and --random-fraction in [0, 1]")
+    except (KeyError, ValueError) as err:
+        _fail(str(err.args[0]) if isinstance(err, KeyError) else str(err))
+    console.print(f"{len(resolved)} tasks, {per_task} configs each, into {out}")
+    columns = [TextColumn("{task.description:<48}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn()]
+    with Progress(*columns, console=console) as progress:
+        bar = {}
+
+        def on_task(info, before):
+            bar["id"] = progress.add_task(info.name[:48], total=per_task, completed=before)
+
+        def on_result(inp, res):
+            if res.error.value != "invalid_config":
+                progress.advance(bar["id"])
+
+        summary = collect_dataset(out, resolved, per_task, settings, random_fraction, features,
+                                  callbacks=[on_result], on_task=on_task)
+    rows = [dataclasses.asdict(s) for s in summary]
+    for row in rows:
+        row["best_cost"] = row["best_cost"] if row["best_cost"] < float("inf") else None
+    console.print(f"measured {sum(r['random'] + r['guided'] for r in rows)} new configs")
+    if as_json:
+        sys.stdout.write(json.dumps({"out": str(out), "tasks": rows}) + "\n")
+
+
+@dataset_app.command("info")
+def info(dataset: Path = typer.Argument(..., help="dataset records file"),
+         as_json: bool = typer.Option(False, "--json")):
+    """Per-task record counts and best performance of a dataset."""
+    ds = _load(dataset)
+    rows = [{"task": t.name, "op": t.info.op, "source": t.info.source, "records": t.n,
+             "ok": t.n_ok, "failed": t.n - t.n_ok,
+             "best_us": round(t.best_cost * 1e6, 2) if t.n_ok else None,
+             "gflops": round(t.best_gflops, 2)} for t in ds]
+    table = Table(title=f"{dataset}: {len(ds)} tasks, {ds.n_records} records")
+    for col in ("task", "op", "source", "records", "ok", "failed", "best us", "GFLOP/s"):
+        table.add_column(col, justify="left" if col in ("task", "op", "source") else "right")
+    for r in rows:
+        table.add_row(r["task"], r["op"], r["source"], str(r["records"]), str(r["ok"]),
+                      str(r["failed"]), f"{r['best_us']:.1f}" if r["best_us"] else "-",
+                      f"{r['gflops']:.1f}")
+    console.print(table)
+    if as_json:
+        sys.stdout.write(json.dumps({"dataset": str(dataset), "tasks": rows}) + "\n")
+
+
+# -- cost models -----------------------------------------------------------------------------------
+
+def _metric(v) -> str:
+    return "-" if v is None else f"{v:.3f}"
+
+
+def _report_table(title: str, reports) -> Table:
+    from .costmodel_eval import METRICS
+
+    table = Table(title=title, box=box.SIMPLE_HEAD)
+    for col in ("model", "features", *METRICS, "tasks", "skipped", "extract s", "fit s"):
+        table.add_column(col, justify="left" if col in ("model", "features") else "right",
+                         no_wrap=True)
+    for r in reports:
+        mean = r.mean()
+        table.add_row(r.model, r.features, *(_metric(mean[m]) for m in METRICS),
+                      str(len(r.scores)), str(len(r.skipped)), f"{r.extract_s:.1f}",
+                      f"{r.fit_s:.1f}")
+    return table
+
+
+def _task_table(report) -> Table:
+    from .costmodel_eval import METRICS
+
+    table = Table(title=f"{report.model} on {report.features} ({report.split})",
+                  box=box.SIMPLE_HEAD)
+    for col in ("task", "op", "train", "test", *METRICS):
+        table.add_column(col, justify="left" if col in ("task", "op") else "right", no_wrap=True)
+    for s in report.scores:
+        table.add_row(s.task + (" *" if s.note else ""), s.op, str(s.n_train), str(s.n_test),
+                      *(_metric(s.metric(m)) for m in METRICS))
+    mean = report.mean()
+    table.add_row("[bold]mean", "", "", "", *(_metric(mean[m]) for m in METRICS))
+    return table
+
+
+def _print_wide(table: Table) -> None:
+    """Print at the table's natural width: a pipe's 80 columns would squeeze the names."""
+    natural = Measurement.get(console, console.options.update_width(1000), table).maximum
+    if natural <= console.width:
+        console.print(table)
+    else:
+        Console(stderr=True, width=natural).print(table)
+
+
+def _run(fn, **kw):
+    try:
+        return fn(**kw)
+    except (KeyError, ValueError) as err:
+        _fail(str(err.args[0]) if isinstance(err, KeyError) else str(err))
+
+
+@costmodel_app.command("eval")
+def eval_cmd(
+    dataset: Path = typer.Option(..., help="dataset records file"),
+    model: str = typer.Option("xgb-rank", help="xgb-rank | xgb-reg | gtuner"),
+    features: str = typer.Option("knob+itervar", help="e.g. knob, itervar, curve, knob+itervar"),
+    split: str = typer.Option("by-task", help="by-task (transfer to unseen tasks) | within-task"),
+    holdout: Optional[str] = typer.Option(None, help="by-task: comma-separated held-out task "
+                                          "names or sources (default: every task, in folds)"),
+    folds: int = typer.Option(4, help="by-task without --holdout: task-level folds"),
+    finetune: int = typer.Option(0, help="by-task: records of each held-out task to fine-tune on"),
+    train_fraction: float = typer.Option(0.5, help="within-task: share of records to train on"),
+    seed: int = typer.Option(0),
+    as_json: bool = typer.Option(False, "--json", help="end with one JSON object on stdout"),
+):
+    """Fit one cost model and report Pearson, Spearman, pairwise accuracy and top-k ratios."""
+    from .costmodel_eval import MODELS, evaluate
+
+    if model not in MODELS:
+        _fail(f"unknown cost model {model!r}; choose one of {', '.join(MODELS)}")
+    ds = _load(dataset)
+    report = _run(evaluate, dataset=ds, model=model, features=features, split=split,
+                  holdout=_names(holdout or ""), folds=folds, finetune=finetune,
+                  train_fraction=train_fraction, seed=seed,
+                  on_progress=lambda name: console.print(f"  scored {name}"))
+    _print_wide(_task_table(report))
+    for s in report.scores:
+        if s.note:
+            console.print(f"  * {s.task}: {s.note}")
+    for task, reason in report.skipped:
+        console.print(f"  [yellow]skipped[/yellow] {task}: {reason}")
+    if as_json:
+        sys.stdout.write(json.dumps({"dataset": str(dataset), **report.to_json()}) + "\n")
+
+
+@costmodel_app.command("compare")
+def compare_cmd(
+    dataset: Path = typer.Option(..., help="dataset records file"),
+    models: str = typer.Option("xgb-rank,xgb-reg,gtuner", help="comma-separated cost models"),
+    features: Optional[str] = typer.Option(None, help="comma-separated feature sets (default: "
+                                           "knob, itervar, curve, knob+itervar, and the "
+                                           "hardware ones when available)"),
+    split: str = typer.Option("by-task", help="by-task | within-task"),
+    holdout: Optional[str] = typer.Option(None, help="by-task: held-out task names or sources"),
+    folds: int = typer.Option(4, help="by-task without --holdout: task-level folds"),
+    finetune: int = typer.Option(0, help="by-task: records of each held-out task to fine-tune on"),
+    train_fraction: float = typer.Option(0.5, help="within-task: share of records to train on"),
+    seed: int = typer.Option(0),
+    as_json: bool = typer.Option(False, "--json", help="end with one JSON line on stdout"),
+):
+    """Every model x feature combination on one dataset, in one table."""
+    from .costmodel_eval import MODELS, FeatureBank, default_feature_sets, evaluate
+
+    model_names = _names(models)
+    unknown = [m for m in model_names if m not in MODELS]
+    if unknown or not model_names:
+        _fail(f"unknown cost model(s) {unknown or models!r}; choose from {', '.join(MODELS)}")
+    feature_sets = _names(features) if features else list(default_feature_sets())
+    ds = _load(dataset)
+    bank = FeatureBank()
+    reports = []
+    for fs in feature_sets:
+        for m in model_names:
+            console.print(f"{m} on {fs} ...")
+            reports.append(_run(evaluate, dataset=ds, model=m, features=fs, split=split,
+                                holdout=_names(holdout or ""), folds=folds, finetune=finetune,
+                                train_fraction=train_fraction, seed=seed, bank=bank))
+    _print_wide(_report_table(f"{dataset}: {len(ds)} tasks, {split}"
+                              + (f", finetune {finetune}" if finetune else ""), reports))
+    notes = {(t, why) for r in reports for t, why in r.skipped}
+    for task, reason in sorted(notes):
+        console.print(f"  [yellow]skipped[/yellow] {task}: {reason}")
+    if as_json:
+        doc = {"dataset": str(dataset), "split": split, "finetune": finetune,
+               "holdout": _names(holdout or ""), "rows": [r.to_json() for r in reports]}
+        sys.stdout.write(json.dumps(doc) + "\n")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(dataset_app, name="dataset")
+    app.add_typer(costmodel_app, name="costmodel")

@@ -1,0 +1,360 @@
+"""How good is a cost model on a dataset: splits, fitting, per-task metrics, comparisons.
+
+Two ways to split a ``Dataset``:
+
+- ``by-task`` (transfer): whole tasks are held out; the model is pretrained on the other
+  tasks and never sees a held-out task except, with ``finetune=k``, ``k`` random records of it
+  (then it is scored on the rest). Held-out tasks are named (``holdout``) or, by default, every
+  task is held out once in ``folds`` task-level folds.
+- ``within-task``: one model per task (of ``holdout``, if given), trained on a random
+  ``train_fraction`` of its records and scored on the rest (no transfer).
+
+Knob features are the config itself, so their width and meaning depend on the task's space: a
+model on them only transfers between tasks whose knob rows have the same width (e.g. two
+convolutions). In ``by-task`` a held-out task with no such training task is skipped with that
+reason (or, with ``finetune``, trained on its fine-tuning records alone and marked "no transfer").
+
+Per task, over its successful test records: ``pearson`` (XFEATUR's metric) and ``spearman``
+correlation of the model's score with the measured throughput, ``pairwise`` ranking accuracy,
+and Tuna's top-k performance ratio for k = 10 and 50 (``topk_ratio``: summed cost of the k
+truly fastest over that of the model's k favourites; reported only when there are at least 2k
+records to pick from, else ``None``).
+"""
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .cost_model.base import normalized_throughput
+from .cost_model.metrics import pairwise_accuracy, pearson, spearman, topk_ratio
+from .dataset import Dataset, TaskData
+from .features import ConcatFeatures, FeatureExtractor
+
+MODELS = ("xgb-rank", "xgb-reg", "gtuner")
+SPLITS = ("by-task", "within-task")
+TOPK = (10, 50)
+METRICS = ("pearson", "spearman", "pairwise") + tuple(f"top{k}" for k in TOPK)
+
+ModelFactory = Callable[[FeatureExtractor], object]
+
+
+def make_model(name: str, extractor: FeatureExtractor, seed: int = 0):
+    """A fresh cost model by name: ``xgb-rank``, ``xgb-reg`` or ``gtuner``."""
+    if name in ("xgb-rank", "xgb-reg"):
+        from .cost_model import XGBoostModel
+
+        return XGBoostModel(extractor, objective=name.split("-")[1], seed=seed)
+    if name == "gtuner":
+        from .cost_model import GTunerModel
+
+        return GTunerModel(extractor, seed=seed)
+    raise ValueError(f"unknown cost model {name!r}; choose one of {', '.join(MODELS)}")
+
+
+def available_features() -> tuple[str, ...]:
+    """The extractor names ``make_extractor`` knows in this installation."""
+    from .features import EXTRACTORS
+
+    return tuple(EXTRACTORS)
+
+
+def default_feature_sets() -> tuple[str, ...]:
+    """The feature combinations ``compare`` tries: knob, itervar, curve, knob+itervar, and the
+    hardware ones when the hardware extractor is available."""
+    sets = ["knob", "itervar", "curve", "knob+itervar"]
+    if "hardware" in available_features():
+        sets += ["hardware", "knob+itervar+hardware"]
+    return tuple(sets)
+
+
+class FeatureBank:
+    """One extractor instance per feature name for a whole run, so each (task, config) row of
+    each extractor is computed once however many model x feature combinations use it."""
+
+    def __init__(self):
+        self._parts: dict[str, FeatureExtractor] = {}
+        self._widths: dict[tuple[str, str], int] = {}
+
+    def get(self, features: str) -> FeatureExtractor:
+        from .features import make_extractor
+
+        names = [p.strip() for p in features.split("+") if p.strip()]
+        for name in names:
+            if name not in self._parts:
+                self._parts[name] = make_extractor(name)  # raises naming unknown extractors
+        parts = [self._parts[n] for n in names]
+        return parts[0] if len(parts) == 1 else ConcatFeatures(parts)
+
+    def width(self, features: str, data: TaskData) -> int:
+        """The row width of ``features`` on ``data``'s task."""
+        key = (features, data.task.key)
+        if key not in self._widths:
+            self._widths[key] = int(self.get(features).extract(data.inputs[:1]).shape[1])
+        return self._widths[key]
+
+
+def space_specific(features: str) -> bool:
+    """True when rows depend on the task's space (knob), so tasks must match to share a model."""
+    return "knob" in features.split("+")
+
+
+# -- splits ----------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Fold:
+    """Task indices into a dataset: trained on ``train``, scored on ``test``."""
+
+    train: tuple[int, ...]
+    test: tuple[int, ...]
+
+
+def task_folds(dataset: Dataset, holdout: Sequence[str] = (), folds: int = 4,
+               seed: int = 0) -> list[Fold]:
+    """By-task folds: one fold holding out ``holdout`` (task names or sources), or every task
+    held out once across ``folds`` random groups of tasks."""
+    n = len(dataset)
+    if n < 2:
+        raise ValueError(f"a by-task split needs at least 2 tasks, the dataset has {n}")
+    if holdout:
+        test = tuple(dataset.match(holdout))
+        train = tuple(i for i in range(n) if i not in test)
+        if not train:
+            raise ValueError("the holdout covers every task of the dataset: nothing to train on")
+        return [Fold(train, test)]
+    if folds < 2:
+        raise ValueError(f"folds must be at least 2, got {folds}")
+    order = np.random.default_rng(seed).permutation(n)
+    groups = [sorted(int(i) for i in g) for g in np.array_split(order, min(folds, n))]
+    return [Fold(tuple(i for i in range(n) if i not in g), tuple(g)) for g in groups]
+
+
+def record_split(n: int, n_first: int, seed: int) -> tuple[list[int], list[int]]:
+    """A random split of ``n`` records into ``n_first`` and the rest (both in record order)."""
+    order = np.random.default_rng(seed).permutation(n)
+    return sorted(int(i) for i in order[:n_first]), sorted(int(i) for i in order[n_first:])
+
+
+# -- scores ----------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TaskScore:
+    """The metrics of one task's test records (``None``: not enough records for that metric)."""
+
+    task: str
+    op: str
+    n_train: int
+    n_test: int  # successful test records scored
+    n_failed: int  # failed test records (not scored)
+    pearson: float
+    spearman: float
+    pairwise: float
+    topk: tuple[tuple[int, float | None], ...]
+    note: str = ""
+
+    def metric(self, name: str) -> float | None:
+        if name.startswith("top"):
+            return dict(self.topk).get(int(name[3:]))
+        return getattr(self, name)
+
+    def to_json(self) -> dict:
+        out = {"task": self.task, "op": self.op, "n_train": self.n_train, "n_test": self.n_test,
+               "n_failed": self.n_failed}
+        out.update({m: _round(self.metric(m)) for m in METRICS})
+        if self.note:
+            out["note"] = self.note
+        return out
+
+
+def score_task(data: TaskData, scores: np.ndarray, n_train: int, ks: Sequence[int] = TOPK,
+               note: str = "") -> TaskScore:
+    """Metrics of ``scores`` (one per record of ``data``) against its measurements."""
+    ok = np.array([r.ok for r in data.results], dtype=bool)
+    good = [r for r in data.results if r.ok]
+    s = np.asarray(scores, dtype=float)[ok]
+    thr = normalized_throughput(good)
+    costs = np.array([r.cost for r in good])
+    topk = tuple((k, topk_ratio(s, costs, k) if len(good) >= 2 * k else None) for k in ks)
+    return TaskScore(data.name, data.info.op, n_train, len(good), int((~ok).sum()),
+                     pearson(s, thr), spearman(s, thr), pairwise_accuracy(s, thr), topk, note)
+
+
+@dataclass(frozen=True)
+class EvalReport:
+    """One model x features evaluation: per-task scores, skipped tasks and timings."""
+
+    model: str
+    features: str
+    split: str
+    finetune: int
+    scores: tuple[TaskScore, ...]
+    skipped: tuple[tuple[str, str], ...] = ()  # (task, reason)
+    fit_s: float = 0.0
+    predict_s: float = 0.0
+    extract_s: float = 0.0  # feature rows not cached yet, extracted before any fit
+    predictions: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def mean(self) -> dict[str, float | None]:
+        """Each metric averaged over the tasks that have it."""
+        out = {}
+        for m in METRICS:
+            values = [v for v in (s.metric(m) for s in self.scores) if v is not None]
+            out[m] = float(np.mean(values)) if values else None
+        return out
+
+    def to_json(self) -> dict:
+        return {"model": self.model, "features": self.features, "split": self.split,
+                "finetune": self.finetune, "mean": {k: _round(v) for k, v in self.mean().items()},
+                "tasks": [s.to_json() for s in self.scores],
+                "skipped": [{"task": t, "reason": r} for t, r in self.skipped],
+                "extract_s": round(self.extract_s, 2), "fit_s": round(self.fit_s, 2),
+                "predict_s": round(self.predict_s, 2)}
+
+
+def _round(v):
+    return None if v is None else round(float(v), 4)
+
+
+# -- evaluation ------------------------------------------------------------------------------------
+
+def evaluate(dataset: Dataset, model: str | ModelFactory, features: str, split: str = "by-task",
+             holdout: Sequence[str] = (), folds: int = 4, finetune: int = 0,
+             train_fraction: float = 0.5, seed: int = 0, bank: FeatureBank | None = None,
+             ks: Sequence[int] = TOPK, keep_predictions: bool = False,
+             on_progress: Callable[[str], None] | None = None) -> EvalReport:
+    """Fit and score ``model`` (a name of ``MODELS`` or ``factory(extractor) -> model``) with
+    ``features`` on ``dataset`` split as ``split`` (see the module docstring).
+
+    With ``keep_predictions`` the report's ``predictions`` maps each scored task to
+    ``(scores, results)`` for plots.
+    """
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; choose one of {', '.join(SPLITS)}")
+    if finetune < 0:
+        raise ValueError(f"finetune must be >= 0, got {finetune}")
+    if split == "within-task" and not 0.0 < train_fraction < 1.0:
+        raise ValueError(f"train_fraction must be in (0, 1), got {train_fraction}")
+    if isinstance(model, str) and model not in MODELS:
+        raise ValueError(f"unknown cost model {model!r}; choose one of {', '.join(MODELS)}")
+    bank = bank or FeatureBank()
+    extractor = bank.get(features)
+    name = model if isinstance(model, str) else getattr(model, "__name__", type(model).__name__)
+    factory = (lambda ex: make_model(model, ex, seed)) if isinstance(model, str) else model
+    run = _Run(factory, extractor, ks, keep_predictions, on_progress or (lambda _: None))
+    if split == "within-task":
+        tasks, by_task_folds = (dataset.select(holdout) if holdout else dataset), []
+    else:
+        tasks, by_task_folds = dataset, task_folds(dataset, holdout, folds, seed)
+    start = time.perf_counter()
+    for data in tasks:  # fill the bank's caches, so fit and predict times are the models'
+        extractor.extract(list(data.inputs))
+    extract_s = time.perf_counter() - start
+    if split == "within-task":
+        for i, data in enumerate(tasks):
+            train, test = record_split(data.n, int(round(data.n * train_fraction)), seed + i)
+            run.fit_and_score(None, data.subset(train), data.subset(test), "")
+    for fold in by_task_folds:
+        _by_task_fold(run, dataset, fold, features, finetune, seed, bank)
+    return EvalReport(name, features, split, finetune, tuple(run.scores), tuple(run.skipped),
+                      run.fit_s, run.predict_s, extract_s, run.predictions)
+
+
+def compare(dataset: Dataset, models: Sequence[str] = MODELS,
+            feature_sets: Sequence[str] | None = None, **options) -> list[EvalReport]:
+    """``evaluate`` for every model x feature set, sharing one ``FeatureBank``."""
+    bank = options.pop("bank", None) or FeatureBank()
+    return [evaluate(dataset, m, f, bank=bank, **options)
+            for f in (feature_sets or default_feature_sets()) for m in models]
+
+
+class _Run:
+    """Accumulates one evaluation's scores and timings."""
+
+    def __init__(self, factory, extractor, ks, keep_predictions, progress):
+        self.factory, self.extractor, self.ks = factory, extractor, ks
+        self.keep_predictions, self.progress = keep_predictions, progress
+        self.scores: list[TaskScore] = []
+        self.skipped: list[tuple[str, str]] = []
+        self.predictions: dict = {}
+        self.fit_s = self.predict_s = 0.0
+
+    def new_model(self, pretrain: Sequence[TaskData]):
+        """A model pretrained on ``pretrain`` (an untrained one when it is empty)."""
+        model = self.factory(self.extractor)
+        if pretrain:
+            start = time.perf_counter()
+            model.pretrain([i for d in pretrain for i in d.inputs],
+                           [r for d in pretrain for r in d.results])
+            self.fit_s += time.perf_counter() - start
+        return model
+
+    def fit_and_score(self, base, train: TaskData | None, test: TaskData, note: str,
+                      n_pretrain: int = 0) -> None:
+        """Fine-tune a copy of ``base`` (or fit a fresh model) on ``train``, score ``test``."""
+        model = base
+        if train is not None and train.n:
+            # the copy shares the extractor, so its cached rows serve every copy
+            model = (copy.deepcopy(base, {id(self.extractor): self.extractor}) if base is not None
+                     else self.factory(self.extractor))
+            start = time.perf_counter()
+            model.fit(list(train.inputs), list(train.results))
+            self.fit_s += time.perf_counter() - start
+        if model is None or test.n == 0 or not any(r.ok for r in test.results):
+            self.skipped.append((test.name, "no successful test records" if model is not None
+                                 else "nothing to train on"))
+            return
+        start = time.perf_counter()
+        scores = np.asarray(model.predict(list(test.inputs)), dtype=float)
+        self.predict_s += time.perf_counter() - start
+        n_train = n_pretrain + (train.n if train is not None else 0)
+        self.scores.append(score_task(test, scores, n_train, self.ks, note))
+        if self.keep_predictions:
+            self.predictions[test.name] = (scores, test.results)
+        self.progress(test.name)
+
+
+def _by_task_fold(run: _Run, dataset: Dataset, fold: Fold, features: str, finetune: int,
+                  seed: int, bank: FeatureBank) -> None:
+    train = [dataset.tasks[i] for i in fold.train]
+    # held-out tasks that can share a pretrained model: all of them, unless rows are
+    # space-specific, in which case only tasks of one width train together
+    groups: dict[tuple[int, ...], list[TaskData]] = {}
+    for i in fold.test:
+        test = dataset.tasks[i]
+        if space_specific(features):
+            width = bank.width(features, test)
+            peers = tuple(j for j, d in zip(fold.train, train) if bank.width(features, d) == width)
+        else:
+            peers = tuple(fold.train)
+        groups.setdefault(peers, []).append(test)
+    for peers, tests in groups.items():
+        pretrain = [dataset.tasks[j] for j in peers]
+        note = ""
+        if not pretrain:
+            note = (f"no transfer: no training task has {features} rows of this width "
+                    f"({bank.width(features, tests[0])})")
+            if not finetune:
+                for test in tests:
+                    run.skipped.append((test.name, f"{note}; knob features do not transfer "
+                                        "across spaces: use --split within-task or --finetune"))
+                continue
+        try:
+            base = run.new_model(pretrain) if pretrain else None
+        except ValueError as err:  # e.g. too few successful records to pretrain on
+            run.skipped.extend((t.name, f"pretraining failed: {err}") for t in tests)
+            continue
+        n_pretrain = sum(d.n for d in pretrain)
+        for test in tests:
+            if finetune:
+                tune_idx, rest = record_split(test.n, min(finetune, test.n - 1), seed)
+                run.fit_and_score(base, test.subset(tune_idx), test.subset(rest), note, n_pretrain)
+            else:
+                run.fit_and_score(base, None, test, note, n_pretrain)
+
+
+__all__ = ["MODELS", "SPLITS", "TOPK", "METRICS", "make_model", "available_features",
+           "default_feature_sets", "FeatureBank", "space_specific", "Fold", "task_folds",
+           "record_split", "TaskScore", "score_task", "EvalReport", "evaluate", "compare"]

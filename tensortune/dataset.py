@@ -1,0 +1,362 @@
+"""Datasets of measurements for training and judging cost models.
+
+A dataset is an ordinary records log (so collection resumes like tuning does) plus a small
+manifest beside it, ``<name>.tasks.json``, naming each task: a short name, its operator kind and
+where it comes from (``benchmark`` or a zoo model). ``collect_dataset`` measures a mix of random
+configs (an unbiased view of the space) and XGBoost-guided ones (the fast region a tuner visits)
+for every task; ``load_dataset`` groups the records by task.
+
+    tasks = resolve_tasks(["benchmark", "resnet18"], target)
+    collect_dataset("data/dataset.jsonl", tasks, per_task=128, settings=settings)
+    ds = load_dataset("data/dataset.jsonl")
+    for t in ds: print(t.info.name, t.n_ok, t.best_gflops)
+"""
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from .measure.types import ErrorKind, MeasureInput, MeasureResult
+from .records import load_records
+from .settings import Settings
+from .workload import Conv2d, Dense, Matmul, PrimFuncWorkload, Task, Workload
+
+MANIFEST_FORMAT = "tensortune.dataset"
+# operator kinds a dataset collects from models: the reductions the cost models are about
+MODEL_OPS = ("conv2d", "depthwise_conv2d", "dense", "batch_matmul", "matmul")
+
+
+def benchmark_workloads() -> dict[str, Workload]:
+    """The four benchmark operators by name: ResNet-18's C7 and C12 (as in "Learning 'Learning
+    to Optimize Tensor Programs'"), a 512^3 matmul and BERT's 128x768 -> 3072 dense."""
+    return {
+        "conv2d_C7": Conv2d(n=1, c=128, h=28, w=28, filters=256, kh=3, kw=3, stride=2, padding=1),
+        "conv2d_C12": Conv2d(n=1, c=512, h=7, w=7, filters=512, kh=3, kw=3, stride=1, padding=1),
+        "matmul_512": Matmul(m=512, n=512, k=512),
+        "dense_128x768x3072": Dense(batch=128, in_features=768, out_features=3072),
+    }
+
+
+def op_kind(workload: Workload) -> str:
+    """The operator kind: conv2d, depthwise_conv2d, dense, matmul, batch_matmul, or (for fused
+    model functions that are none of these, e.g. pooling) ``other``."""
+    if isinstance(workload, PrimFuncWorkload):
+        name = workload.name
+        try:
+            shapes = workload.input_shapes
+        except Exception:  # a function this TVM cannot parse still gets a kind by its name
+            shapes = []
+        if "conv2d" in name:
+            # weights of one input channel per group, with several groups: depthwise
+            depthwise = (len(shapes) >= 2 and len(shapes[1]) == 4
+                         and shapes[1][1] == 1 < shapes[0][1])
+            return "depthwise_conv2d" if depthwise else "conv2d"
+        if "matmul" in name or "dense" in name:
+            return "batch_matmul" if shapes and len(shapes[0]) == 3 else "dense"
+        return "other"
+    if isinstance(workload, Conv2d) and workload.groups > 1 and workload.groups == workload.c:
+        return "depthwise_conv2d"
+    return workload.op
+
+
+def default_name(workload: Workload) -> str:
+    """A readable name for a workload without a manifest entry, e.g. ``matmul_32x32x32``."""
+    for name, known in benchmark_workloads().items():
+        if known == workload:
+            return name
+    if isinstance(workload, PrimFuncWorkload):
+        return workload.name
+    values = [str(int(v)) for k, v in workload.params().items() if k != "dtype"]
+    return f"{workload.op}_{'x'.join(values)}"
+
+
+@dataclass(frozen=True)
+class TaskInfo:
+    """What a dataset knows about one task besides its records."""
+
+    key: str  # Task.key
+    name: str
+    op: str
+    source: str  # "benchmark", a zoo model name, or "records" (no manifest entry)
+    weight: int = 1  # calls per inference in the source model
+
+    def to_json(self) -> dict:
+        return {"key": self.key, "name": self.name, "op": self.op, "source": self.source,
+                "weight": self.weight}
+
+    @staticmethod
+    def from_json(d: dict) -> "TaskInfo":
+        return TaskInfo(str(d["key"]), str(d["name"]), str(d["op"]), str(d["source"]),
+                        int(d.get("weight", 1)))
+
+
+@dataclass(frozen=True)
+class TaskData:
+    """One task's measurements: distinct configs in file order (a repeated config keeps its
+    first record)."""
+
+    info: TaskInfo
+    task: Task
+    inputs: tuple[MeasureInput, ...]
+    results: tuple[MeasureResult, ...]
+
+    @property
+    def name(self) -> str:
+        return self.info.name
+
+    @property
+    def n(self) -> int:
+        return len(self.inputs)
+
+    @property
+    def n_ok(self) -> int:
+        return sum(r.ok for r in self.results)
+
+    @property
+    def best_cost(self) -> float:
+        """The lowest cost in seconds (inf without a successful record)."""
+        return min((r.cost for r in self.results if r.ok), default=float("inf"))
+
+    @property
+    def flops(self) -> int:
+        try:
+            return int(self.task.workload.flops)
+        except Exception:  # TVM's estimator refuses some functions: no GFLOP/s then
+            return 0
+
+    @property
+    def best_gflops(self) -> float:
+        best = self.best_cost
+        return self.flops / best / 1e9 if best < float("inf") and self.flops else 0.0
+
+    def subset(self, indices: Sequence[int]) -> "TaskData":
+        return TaskData(self.info, self.task, tuple(self.inputs[i] for i in indices),
+                        tuple(self.results[i] for i in indices))
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """Records grouped by task, in order of first appearance in the file."""
+
+    tasks: tuple[TaskData, ...]
+    path: Path | None = None
+
+    def __iter__(self) -> Iterator[TaskData]:
+        return iter(self.tasks)
+
+    def __len__(self) -> int:
+        return len(self.tasks)
+
+    @property
+    def names(self) -> list[str]:
+        return [t.name for t in self.tasks]
+
+    @property
+    def n_records(self) -> int:
+        return sum(t.n for t in self.tasks)
+
+    def get(self, name: str) -> TaskData:
+        for t in self.tasks:
+            if t.name == name:
+                return t
+        raise KeyError(f"no task {name!r} in the dataset; tasks: {', '.join(self.names)}")
+
+    def select(self, names: Sequence[str]) -> "Dataset":
+        """The tasks named (a name may also be a source: all tasks of that model)."""
+        return Dataset(tuple(self.tasks[i] for i in self.match(names)), self.path)
+
+    def match(self, names: Sequence[str]) -> list[int]:
+        """Indices of the tasks matching ``names`` (task names or sources), in dataset order;
+        a name matching nothing raises ``KeyError`` listing what exists."""
+        picked: set[int] = set()
+        for name in names:
+            hits = {i for i, t in enumerate(self.tasks) if name in (t.name, t.info.source)}
+            if not hits:
+                sources = sorted({t.info.source for t in self.tasks})
+                raise KeyError(f"{name!r} is neither a task nor a source of the dataset; tasks: "
+                               f"{', '.join(self.names)}; sources: {', '.join(sources)}")
+            picked |= hits
+        return sorted(picked)
+
+
+# -- manifest --------------------------------------------------------------------------------------
+
+def manifest_path(path: str | os.PathLike) -> Path:
+    """``data/dataset.jsonl`` -> ``data/dataset.tasks.json``."""
+    path = Path(path)
+    return path.with_name(path.stem + ".tasks.json")
+
+
+def read_manifest(path: str | os.PathLike) -> dict[str, TaskInfo]:
+    """Task key -> ``TaskInfo`` from the manifest beside the records file ({} when absent)."""
+    mpath = manifest_path(path)
+    if not mpath.exists():
+        return {}
+    doc = json.loads(mpath.read_text())
+    if not isinstance(doc, dict) or doc.get("format") != MANIFEST_FORMAT:
+        raise ValueError(f"{mpath}: not a tensortune dataset manifest")
+    return {t["key"]: TaskInfo.from_json(t) for t in doc["tasks"]}
+
+
+def write_manifest(path: str | os.PathLike, infos: Sequence[TaskInfo]) -> None:
+    """Merge ``infos`` into the manifest (an existing entry of the same key is replaced)."""
+    merged = read_manifest(path)
+    merged.update({i.key: i for i in infos})
+    mpath = manifest_path(path)
+    mpath.parent.mkdir(parents=True, exist_ok=True)
+    tmp = mpath.with_name(mpath.name + ".tmp")
+    doc = {"format": MANIFEST_FORMAT, "version": 1, "tasks": [i.to_json() for i in merged.values()]}
+    tmp.write_text(json.dumps(doc, indent=1) + "\n")
+    os.replace(tmp, mpath)
+
+
+# -- loading ---------------------------------------------------------------------------------------
+
+def load_dataset(path: str | os.PathLike,
+                 on_corrupt: Callable[[int, str], None] | None = None) -> Dataset:
+    """The records of ``path`` grouped by task, named by the manifest when there is one."""
+    manifest = read_manifest(path)
+    groups: dict[str, dict] = {}
+    for rec in load_records(path, on_corrupt=on_corrupt):
+        group = groups.setdefault(rec.task_key, {"task": rec.to_task(), "configs": {}})
+        group["configs"].setdefault(rec.config, rec.to_result())
+    tasks, used = [], set()
+    for key, group in groups.items():
+        task = group["task"]
+        info = manifest.get(key) or TaskInfo(key, default_name(task.workload),
+                                              op_kind(task.workload), "records")
+        if info.name in used:  # two targets (or TVM versions) of one workload
+            info = TaskInfo(info.key, f"{info.name}#{key[:6]}", info.op, info.source, info.weight)
+        used.add(info.name)
+        configs = group["configs"]
+        tasks.append(TaskData(info, task, tuple(MeasureInput(task, c) for c in configs),
+                              tuple(configs.values())))
+    return Dataset(tuple(tasks), Path(path))
+
+
+# -- collection ------------------------------------------------------------------------------------
+
+def resolve_tasks(specs: Sequence[str], target: dict,
+                  on_model: Callable[[str], None] | None = None) -> list[tuple[TaskInfo, Task]]:
+    """Tasks for names: ``benchmark`` (the four benchmark operators), one benchmark operator's
+    name, or a zoo model (its tunable conv2d / dense / matmul tasks, via ``extract_tasks``).
+    A task met twice (the same fused function in two models) is kept once, under its first
+    name. ``on_model(name)`` is called before a model is imported (it takes seconds)."""
+    bench = benchmark_workloads()
+    out: dict[str, tuple[TaskInfo, Task]] = {}
+    for spec in specs:
+        if spec == "benchmark" or spec in bench:
+            for name, workload in bench.items():
+                if spec in ("benchmark", name):
+                    task = Task(workload, dict(target))
+                    out.setdefault(task.key, (TaskInfo(task.key, name, op_kind(workload),
+                                                       "benchmark"), task))
+            continue
+        from .zoo import ZOO
+
+        if spec not in ZOO:
+            raise KeyError(f"unknown dataset task {spec!r}: use 'benchmark', one of "
+                           f"{', '.join(bench)}, or a zoo model ({', '.join(sorted(ZOO))})")
+        if on_model is not None:
+            on_model(spec)
+        for tune_task in _model_tasks(spec, target):
+            task = tune_task.task
+            info = TaskInfo(task.key, f"{spec}.{tune_task.name}", op_kind(task.workload), spec,
+                            tune_task.weight)
+            out.setdefault(task.key, (info, task))
+    return list(out.values())
+
+
+def _model_tasks(name: str, target: dict) -> list:
+    from .frontend import from_torch
+    from .tasks import extract_tasks
+    from .zoo import zoo_model
+
+    module, inputs = zoo_model(name)
+    tasks = extract_tasks(from_torch(module, inputs, name=name), target)
+    return [t for t in tasks if t.tunable and op_kind(t.task.workload) in MODEL_OPS]
+
+
+@dataclass(frozen=True)
+class CollectedTask:
+    """What collection did for one task."""
+
+    name: str
+    before: int  # measured (not invalid) records already in the file
+    random: int  # random configs measured now
+    guided: int  # XGBoost-guided configs measured now
+    best_cost: float  # best in this run's measurements, inf if none
+
+
+def collect_dataset(out: str | os.PathLike, tasks: Sequence[tuple[TaskInfo, Task]],
+                    per_task: int, settings: Settings | None = None,
+                    random_fraction: float = 0.5, features: str = "knob",
+                    callbacks: Sequence[Callable[[MeasureInput, MeasureResult], None]] = (),
+                    on_task: Callable[[TaskInfo, int], None] | None = None) -> list[CollectedTask]:
+    """Grow ``out`` to ``per_task`` measured configs per task: first random ones up to
+    ``random_fraction`` of them, then XGBoost-guided ones (``features``) for the rest.
+
+    Records already in ``out`` count (invalid configs do not, as in tuning budgets) and are
+    never measured again, so a re-run resumes and a larger ``per_task`` grows the dataset.
+    One builder and one runner serve all tasks. ``on_task(info, before)`` is called as each
+    task starts.
+    """
+    from .measure import LocalBuilder, LocalRunner
+    from .records import RecordWriter
+    from .space import task_space
+    from .tuner import Evaluator, make_loop
+
+    if per_task < 0:
+        raise ValueError(f"per_task must be >= 0, got {per_task}")
+    if not 0.0 <= random_fraction <= 1.0:
+        raise ValueError(f"random_fraction must be in [0, 1], got {random_fraction}")
+    settings = settings or Settings()
+    write_manifest(out, [info for info, _ in tasks])
+    history: dict[str, dict] = {}
+    if Path(out).exists():
+        for rec in load_records(out):
+            history.setdefault(rec.task_key, {}).setdefault(rec.config, rec.to_result())
+    m = settings.measure
+    builder = LocalBuilder(m.build_workers, m.build_timeout_s)
+    runner = LocalRunner(m)
+    writer = RecordWriter(out)
+    summary = []
+    try:
+        for info, task in tasks:
+            past = history.setdefault(task.key, {})
+            before = sum(r.error is not ErrorKind.INVALID_CONFIG for r in past.values())
+            if on_task is not None:
+                on_task(info, before)
+            best = [float("inf")]
+
+            def keep(inp: MeasureInput, res: MeasureResult, past=past, best=best) -> None:
+                past[inp.config] = res
+                if res.ok:
+                    best[0] = min(best[0], res.cost)
+
+            space = task_space(task)
+            done, spent = before, {}
+            for tuner, goal in (("random", round(per_task * random_fraction)), ("xgb", per_task)):
+                spent[tuner] = 0
+                if goal - done <= 0:
+                    continue
+                loop = make_loop(tuner, space, settings, features)
+                evaluator = Evaluator(task, builder, runner, goal - done,
+                                      [writer.append, keep, *callbacks],
+                                      [(c, r) for c, r in past.items() if c in space], m.verify)
+                spent[tuner] = loop.run(evaluator).trials
+                done += spent[tuner]
+            summary.append(CollectedTask(info.name, before, spent["random"], spent["xgb"], best[0]))
+    finally:
+        builder.close()
+        runner.close()
+        writer.close()
+    return summary
+
+
+__all__ = ["Dataset", "TaskData", "TaskInfo", "CollectedTask", "benchmark_workloads", "op_kind",
+           "default_name", "resolve_tasks", "collect_dataset", "load_dataset", "manifest_path",
+           "read_manifest", "write_manifest", "MODEL_OPS"]

@@ -1,0 +1,260 @@
+"""The cost-model evaluation harness on a synthetic dataset whose costs follow a known law.
+
+No kernel is built or timed: records are written directly, with costs from ``law`` (a smooth
+function of the vector tile, the register tile and the unroll step, the same for every task).
+"""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from tensortune.cli_costmodel import register
+from tensortune.costmodel_eval import (
+    METRICS,
+    FeatureBank,
+    compare,
+    default_feature_sets,
+    evaluate,
+    score_task,
+    space_specific,
+    task_folds,
+)
+from tensortune.dataset import TaskInfo, load_dataset, op_kind, write_manifest
+from tensortune.measure.types import ErrorKind, MeasureInput, MeasureResult
+from tensortune.records import RecordWriter
+from tensortune.space import task_space
+from tensortune.workload import Conv2d, Dense, Matmul, Task
+
+TARGET = {"kind": "llvm", "mcpu": "znver5", "num-cores": 2}
+WORKLOADS = {"mm_a": Matmul(m=32, n=32, k=32), "mm_b": Matmul(m=64, n=32, k=16),
+             "dense": Dense(batch=16, in_features=32, out_features=64),
+             "conv": Conv2d(n=1, c=8, h=8, w=8, filters=16, kh=3, kw=3, padding=1)}
+PER_TASK = 40
+
+
+def law(config, flops: int) -> float:
+    """Seconds: fastest with an 8-wide vector tile, a 16-element register tile and unroll 16."""
+    spatial = [v for k, v in config.items() if k.startswith("tile_") and len(v) == 4]
+    inner = config["tile_" + config["vector_axis"]][-1]
+    elems = math.prod(t[-1] for t in spatial)
+    penalty = (0.6 * abs(math.log2(inner) - 3) + 0.3 * abs(math.log2(elems) - 4)
+               + {0: 0.8, 16: 0.0, 64: 0.2, 512: 0.6}[config["unroll"]])
+    return flops / 1e9 / (40 * 2 ** -penalty)
+
+
+def write_synthetic(path, per_task: int = PER_TASK, seed: int = 0) -> None:
+    """Records of the four tasks; every 10th record of ``mm_a`` is a runtime error."""
+    rng = np.random.default_rng(seed)
+    infos = []
+    with RecordWriter(path) as writer:
+        for name, workload in WORKLOADS.items():
+            task = Task(workload, TARGET)
+            infos.append(TaskInfo(task.key, name, op_kind(workload), "synthetic"))
+            for i, cfg in enumerate(task_space(task).sample_many(per_task, rng)):
+                if name == "mm_a" and i % 10 == 9:
+                    res = MeasureResult((), ErrorKind.RUNTIME_ERROR, "boom")
+                else:
+                    cost = law(cfg, workload.flops) * (1 + 0.02 * rng.standard_normal())
+                    res = MeasureResult((cost, cost))
+                writer.append(MeasureInput(task, cfg), res)
+    write_manifest(path, infos)
+
+
+@pytest.fixture(scope="module")
+def dataset_path(tmp_path_factory):
+    path = tmp_path_factory.mktemp("synthetic") / "dataset.jsonl"
+    write_synthetic(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def dataset(dataset_path):
+    return load_dataset(dataset_path)
+
+
+@pytest.fixture(scope="module")
+def bank():
+    return FeatureBank()
+
+
+class Oracle:
+    """A perfect model: its score is the measured throughput."""
+
+    def __init__(self, extractor, truth):
+        self.truth = truth
+
+    def pretrain(self, inputs, results):
+        pass
+
+    def fit(self, inputs, results):
+        pass
+
+    def predict(self, inputs):
+        return np.array([self.truth.get((i.task.key, i.config), 0.0) for i in inputs])
+
+
+def oracle_factory(dataset):
+    truth = {(i.task.key, i.config): 1.0 / r.cost for d in dataset
+             for i, r in zip(d.inputs, d.results) if r.ok}
+    return lambda extractor: Oracle(extractor, truth)
+
+
+def _in_range(report):
+    for s in report.scores:
+        assert -1.0 <= s.pearson <= 1.0 and -1.0 <= s.spearman <= 1.0
+        assert 0.0 <= s.pairwise <= 1.0
+        for _, v in s.topk:
+            assert v is None or 0.0 < v <= 1.0
+
+
+# -- splits ----------------------------------------------------------------------------------------
+
+def test_held_out_tasks_never_appear_in_training(dataset):
+    (fold,) = task_folds(dataset, holdout=["mm_a", "conv"])
+    names = dataset.names
+    assert sorted(names[i] for i in fold.test) == ["conv", "mm_a"]
+    assert sorted(names[i] for i in fold.train) == ["dense", "mm_b"]
+    folds = task_folds(dataset, folds=3, seed=1)
+    assert len(folds) == 3
+    tested = [i for f in folds for i in f.test]
+    assert sorted(tested) == list(range(len(dataset)))  # every task held out exactly once
+    for f in folds:
+        assert not set(f.train) & set(f.test) and f.train
+    with pytest.raises(KeyError, match="neither a task nor a source"):
+        task_folds(dataset, holdout=["resnet18.nope"])
+    with pytest.raises(ValueError, match="nothing to train on"):
+        task_folds(dataset, holdout=["synthetic"])  # a source: all four tasks
+
+
+def test_knob_features_are_space_specific():
+    assert space_specific("knob") and space_specific("knob+itervar")
+    assert not space_specific("itervar") and not space_specific("curve+itervar")
+
+
+# -- metrics ---------------------------------------------------------------------------------------
+
+def test_perfect_oracle_scores_one_everywhere(dataset, bank):
+    for split in ("by-task", "within-task"):
+        report = evaluate(dataset, oracle_factory(dataset), "itervar", split=split, bank=bank)
+        assert len(report.scores) == len(dataset) and not report.skipped
+        for s in report.scores:
+            for m in METRICS:
+                assert s.metric(m) in (None, pytest.approx(1.0)), (split, s.task, m)
+        assert report.mean()["pearson"] == pytest.approx(1.0)
+        assert report.mean()["top10"] == pytest.approx(1.0)
+    by_task = evaluate(dataset, oracle_factory(dataset), "itervar", bank=bank)
+    mm_a = next(s for s in by_task.scores if s.task == "mm_a")
+    assert (mm_a.n_test, mm_a.n_failed) == (PER_TASK - 4, 4)  # failures are not scored
+
+
+def test_score_task_reports_topk_only_with_enough_records(dataset):
+    data = dataset.get("dense")
+    truth = np.array([1.0 / r.cost for r in data.results])
+    reverse = score_task(data, -truth, n_train=0, ks=(10, 50))
+    assert reverse.pearson < -0.9 and reverse.pairwise == 0.0
+    assert dict(reverse.topk)[50] is None  # 40 records: can't pick 50 out of >= 100
+    assert 0.0 < dict(reverse.topk)[10] < 0.8  # the 10 slowest instead of the 10 fastest
+
+
+def test_xgboost_transfers_with_loop_features_and_refuses_knob_across_spaces(dataset, bank):
+    report = evaluate(dataset, "xgb-reg", "knob+itervar", bank=bank)
+    _in_range(report)
+    # knob rows of matmul and dense have one width; the convolution's space is different
+    assert [t for t, _ in report.skipped] == ["conv"]
+    assert "within-task" in report.skipped[0][1]
+    assert sorted(s.task for s in report.scores) == ["dense", "mm_a", "mm_b"]
+    assert all(s.n_train == 2 * PER_TASK for s in report.scores)  # the two others of its width
+    assert report.mean()["pearson"] > 0.5  # the law is learnable from the loop nest
+
+    transfer = evaluate(dataset, "xgb-rank", "itervar", bank=bank)
+    _in_range(transfer)
+    assert len(transfer.scores) == len(dataset) and transfer.mean()["spearman"] > 0.5
+
+
+def test_finetuning_alone_scores_a_task_without_peers(dataset, bank):
+    report = evaluate(dataset, "xgb-rank", "knob", holdout=["conv"], finetune=8, bank=bank)
+    (s,) = report.scores
+    assert s.task == "conv" and s.n_train == 8 and s.n_test == PER_TASK - 8
+    assert s.note.startswith("no transfer")
+    _in_range(report)
+
+
+def test_within_task_split_trains_one_model_per_task(dataset, bank):
+    report = evaluate(dataset, "xgb-reg", "knob", split="within-task", bank=bank)
+    assert len(report.scores) == len(dataset)
+    assert all(s.n_train == PER_TASK // 2 for s in report.scores)
+    _in_range(report)
+
+
+def test_gtuner_transfers_to_an_unseen_task(dataset, bank):
+    report = evaluate(dataset, "gtuner", "itervar", holdout=["mm_b"], bank=bank,
+                      keep_predictions=True)
+    (s,) = report.scores
+    assert s.task == "mm_b" and s.n_train == 3 * PER_TASK
+    _in_range(report)
+    assert s.spearman > 0.3
+    scores, results = report.predictions["mm_b"]
+    assert len(scores) == len(results) == PER_TASK
+
+
+def test_compare_runs_every_combination(dataset, bank):
+    reports = compare(dataset, ["xgb-rank", "xgb-reg"], ["knob", "itervar"], bank=bank,
+                      holdout=["dense"])
+    assert [(r.model, r.features) for r in reports] == [
+        ("xgb-rank", "knob"), ("xgb-reg", "knob"), ("xgb-rank", "itervar"), ("xgb-reg", "itervar")]
+    assert set(default_feature_sets()) >= {"knob", "itervar", "curve", "knob+itervar"}
+
+
+# -- command line ----------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def cli():
+    app = typer.Typer()
+    register(app)
+    return app
+
+
+def _last_json(output: str) -> dict:
+    return json.loads(output.strip().splitlines()[-1])
+
+
+def test_cli_eval_prints_per_task_metrics_and_json(cli, dataset_path):
+    result = CliRunner().invoke(cli, ["costmodel", "eval", "--dataset", str(dataset_path),
+                                      "--model", "xgb-rank", "--features", "knob",
+                                      "--holdout", "mm_b,conv", "--json"])
+    assert result.exit_code == 0, result.output
+    doc = _last_json(result.stdout)
+    assert doc["model"] == "xgb-rank" and [t["task"] for t in doc["tasks"]] == ["mm_b"]
+    assert doc["skipped"][0]["task"] == "conv" and set(doc["mean"]) == set(METRICS)
+
+
+def test_cli_compare_json_has_a_row_per_combination(cli, dataset_path):
+    result = CliRunner().invoke(cli, ["costmodel", "compare", "--dataset", str(dataset_path),
+                                      "--models", "xgb-rank,xgb-reg,gtuner",
+                                      "--features", "knob,itervar", "--holdout", "mm_a",
+                                      "--json"])
+    assert result.exit_code == 0, result.output
+    doc = _last_json(result.stdout)
+    combos = {(r["model"], r["features"]) for r in doc["rows"]}
+    models, features = ("xgb-rank", "xgb-reg", "gtuner"), ("knob", "itervar")
+    assert combos == {(m, f) for m in models for f in features}
+    for row in doc["rows"]:
+        assert [t["task"] for t in row["tasks"]] == ["mm_a"]
+        assert -1.0 <= row["mean"]["pearson"] <= 1.0
+
+
+def test_cli_refuses_unknown_models_and_features(cli, dataset_path):
+    runner = CliRunner()
+    bad_model = runner.invoke(cli, ["costmodel", "eval", "--dataset", str(dataset_path),
+                                    "--model", "svm"])
+    assert bad_model.exit_code == 2 and "unknown cost model" in bad_model.output
+    bad_features = runner.invoke(cli, ["costmodel", "eval", "--dataset", str(dataset_path),
+                                       "--features", "knob+magic"])
+    assert bad_features.exit_code == 2 and "magic" in bad_features.output
+    missing = runner.invoke(cli, ["costmodel", "compare", "--dataset", "/nonexistent.jsonl"])
+    assert missing.exit_code == 2 and "no such dataset" in missing.output

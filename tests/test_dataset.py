@@ -1,0 +1,139 @@
+"""Datasets: a tiny real collection (grouping, manifest, resume, growth), loading without a
+manifest, task naming and operator kinds, and the ``dataset`` commands."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from tensortune.cli_costmodel import register
+from tensortune.dataset import (
+    TaskInfo,
+    benchmark_workloads,
+    collect_dataset,
+    default_name,
+    load_dataset,
+    manifest_path,
+    op_kind,
+    read_manifest,
+    resolve_tasks,
+)
+from tensortune.measure.types import ErrorKind, MeasureInput, MeasureResult
+from tensortune.records import RecordWriter
+from tensortune.settings import MeasureSettings, SearchSettings, Settings
+from tensortune.space import task_space
+from tensortune.workload import Conv2d, Matmul, PrimFuncWorkload, Task, default_target
+
+FAST = Settings(measure=MeasureSettings(number=1, repeat=2, min_repeat_ms=1, run_timeout_s=10),
+                search=SearchSettings(batch_size=4, sa_chains=8, sa_steps=10))
+
+
+def _tiny_tasks():
+    target = default_target(2)
+    out = []
+    for name, workload in (("mm32", Matmul(m=32, n=32, k=32)),
+                           ("conv", Conv2d(n=1, c=8, h=8, w=8, filters=16, kh=3, kw=3, padding=1))):
+        task = Task(workload, target)
+        out.append((TaskInfo(task.key, name, op_kind(workload), "tiny"), task))
+    return out
+
+
+@pytest.fixture(scope="module")
+def collected(tmp_path_factory):
+    """A dataset of two tiny tasks, collected for 6 configs each and then grown to 8."""
+    path = tmp_path_factory.mktemp("collect") / "dataset.jsonl"
+    tasks = _tiny_tasks()
+    first = collect_dataset(path, tasks, per_task=6, settings=FAST)
+    lines_after_first = len(path.read_text().splitlines())
+    again = collect_dataset(path, tasks, per_task=6, settings=FAST)
+    lines_after_again = len(path.read_text().splitlines())
+    grown = collect_dataset(path, tasks, per_task=8, settings=FAST)
+    return path, first, (lines_after_first, lines_after_again), again, grown
+
+
+def test_collection_mixes_random_and_guided_configs(collected):
+    path, first, _, _, _ = collected
+    assert [c.name for c in first] == ["mm32", "conv"]
+    for c in first:
+        assert (c.before, c.random, c.guided) == (0, 3, 3)
+        assert 0 < c.best_cost < 1e-3
+    assert {i.name for i in read_manifest(path).values()} == {"mm32", "conv"}
+    assert manifest_path(path).name == "dataset.tasks.json"
+
+
+def test_rerun_resumes_and_a_larger_budget_grows_the_dataset(collected):
+    path, _, (after_first, after_again), again, grown = collected
+    assert after_again == after_first  # nothing left to measure
+    assert all((c.before, c.random, c.guided) == (6, 0, 0) for c in again)
+    assert all((c.before, c.random, c.guided) == (6, 0, 2) for c in grown)
+    ds = load_dataset(path)
+    for data in ds:
+        measured = [r for r in data.results if r.error is not ErrorKind.INVALID_CONFIG]
+        assert len(measured) == 8
+        assert len({i.config for i in data.inputs}) == data.n  # distinct configs
+
+
+def test_loaded_dataset_groups_records_by_task_with_metadata(collected):
+    path = collected[0]
+    ds = load_dataset(path)
+    assert ds.names == ["mm32", "conv"]
+    mm, conv = ds.get("mm32"), ds.get("conv")
+    assert (mm.info.op, conv.info.op, mm.info.source) == ("matmul", "conv2d", "tiny")
+    assert all(i.task == mm.task for i in mm.inputs)
+    assert mm.n_ok >= 6 and mm.best_gflops > 0 and mm.flops == 2 * 32 ** 3
+    assert ds.select(["tiny"]).names == ["mm32", "conv"]  # a source selects its tasks
+    assert ds.n_records == mm.n + conv.n
+    with pytest.raises(KeyError, match="mm32"):
+        ds.get("nope")
+
+
+def test_dataset_info_command(collected):
+    app = typer.Typer()
+    register(app)
+    result = CliRunner().invoke(app, ["dataset", "info", str(collected[0]), "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout.strip().splitlines()[-1])
+    assert [(t["task"], t["records"] >= 8, t["gflops"] > 0) for t in doc["tasks"]] == [
+        ("mm32", True, True), ("conv", True, True)]
+
+
+def test_records_without_manifest_get_default_names_and_first_record_wins(tmp_path):
+    task = Task(Matmul(m=16, n=8, k=4), {"kind": "llvm"})
+    cfgs = task_space(task).sample_many(3, __import__("numpy").random.default_rng(0))
+    path = tmp_path / "plain.jsonl"
+    with RecordWriter(path) as w:
+        w.append(MeasureInput(task, cfgs[0]), MeasureResult((2e-6,)))
+        w.append(MeasureInput(task, cfgs[1]), MeasureResult((), ErrorKind.COMPILE_ERROR, "x"))
+        w.append(MeasureInput(task, cfgs[0]), MeasureResult((9e-6,)))  # a repeat: ignored
+    with path.open("a") as f:
+        f.write('{"v": 1, "torn\n')
+    corrupt = []
+    ds = load_dataset(path, on_corrupt=lambda n, why: corrupt.append(n))
+    assert corrupt == [4]
+    (data,) = ds.tasks
+    assert (data.name, data.info.op, data.info.source) == ("matmul_16x8x4", "matmul", "records")
+    assert data.n == 2 and data.n_ok == 1 and data.best_cost == pytest.approx(2e-6)
+
+
+def test_benchmark_tasks_and_op_kinds():
+    resolved = resolve_tasks(["benchmark"], {"kind": "llvm"})
+    names = [info.name for info, _ in resolved]
+    assert names == ["conv2d_C7", "conv2d_C12", "matmul_512", "dense_128x768x3072"]
+    assert [info.op for info, _ in resolved] == ["conv2d", "conv2d", "matmul", "dense"]
+    assert resolve_tasks(["matmul_512", "benchmark"], {"kind": "llvm"})[0][0].name == "matmul_512"
+    assert len(resolve_tasks(["matmul_512", "benchmark"], {"kind": "llvm"})) == 4  # no repeats
+    assert default_name(benchmark_workloads()["conv2d_C12"]) == "conv2d_C12"
+    with pytest.raises(KeyError, match="zoo model"):
+        resolve_tasks(["alexnet"], {"kind": "llvm"})
+
+    conv = Conv2d(n=1, c=8, h=8, w=8, filters=8, kh=3, kw=3, padding=1, groups=8)
+    assert op_kind(conv) == "depthwise_conv2d"
+    fused = PrimFuncWorkload.from_prim_func(conv.prim_func(), name="fused_conv2d3_add_relu")
+    assert op_kind(fused) == "depthwise_conv2d"
+    dense = PrimFuncWorkload.from_prim_func(Matmul(m=4, n=8, k=16).prim_func(),
+                                            name="fused_matmul_add")
+    assert op_kind(dense) == "dense"
+    assert op_kind(PrimFuncWorkload.from_prim_func(Matmul(m=4, n=8, k=16).prim_func(),
+                                                   name="max_pool2d")) == "other"
