@@ -19,7 +19,7 @@ test: venv
 	$(BIN)/python -m pytest -q tests
 
 run: venv
-	$(BIN)/tensortune tune-op matmul --m 512 --n 512 --k 512 --trials 64
+	$(BIN)/tensortune tune-model resnet18 --trials 800
 
 bench: venv
 	$(BIN)/python benchmarks/bench_ops.py

@@ -1,6 +1,8 @@
 """The feature-extractor contract, a per-instance cache, and concatenation of extractors."""
 from __future__ import annotations
 
+import abc
+
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
@@ -22,7 +24,7 @@ class FeatureExtractor(Protocol):
     def extract(self, inputs: Sequence[MeasureInput]) -> np.ndarray: ...
 
 
-class CachedExtractor:
+class CachedExtractor(abc.ABC):
     """Base of extractors that compute one row per input and memoize it per (task key, config).
 
     The caches belong to the instance and are bounded (least recently used rows are dropped),
@@ -63,8 +65,18 @@ class CachedExtractor:
             self._rows.popitem(last=False)
         return row
 
+    @abc.abstractmethod
     def _compute(self, inp: MeasureInput) -> np.ndarray:
-        raise NotImplementedError
+        """The feature row of one input (called once per task and config)."""
+
+    def scheduled(self, inp: MeasureInput):
+        """The ``tvm.s_tir.Schedule`` of ``inp``, or None for a config its template refuses."""
+        from ..space import InvalidConfigError, apply_config
+
+        try:
+            return apply_config(inp.task, inp.config, self.space_of(inp.task))
+        except InvalidConfigError:
+            return None
 
     def space_of(self, task):
         """The task's ``ConfigSpace``, defined once per task key (defining one runs the template)."""

@@ -102,11 +102,8 @@ class CurveFeatures(CachedExtractor):
         return self.dim
 
     def _compute(self, inp: MeasureInput) -> np.ndarray:
-        from ..space import InvalidConfigError, apply_config
-
-        try:
-            sch = apply_config(inp.task, inp.config, self.space_of(inp.task))
-        except InvalidConfigError:
+        sch = self.scheduled(inp)
+        if sch is None:
             return np.zeros(self.dim, dtype=np.float32)  # "applied" = 0 marks it
         return curve_features(sch.mod["main"], inp.task.workload.flops, self.samples,
                               self.max_buffers)

@@ -15,10 +15,9 @@ from collections.abc import Callable, Collection, Sequence
 
 import numpy as np
 
-from ..measure.types import MeasureInput
 from ..settings import SearchSettings
 from ..space import Config, ConfigSpace
-from .random_search import sample_unexplored
+from .guided import propose_guided
 
 
 def propose(space: ConfigSpace, model, task, n: int, exclude: Collection[Config],
@@ -27,18 +26,7 @@ def propose(space: ConfigSpace, model, task, n: int, exclude: Collection[Config]
     """Up to ``n`` distinct configs not in ``exclude``: the model's favourites found by evolving
     a population from ``seeds`` and random points, with a fraction ``settings.epsilon`` replaced
     by random unexplored configs. Without a model: random."""
-    if n <= 0:
-        return []
-    if model is None:
-        return sample_unexplored(space, n, rng, exclude)
-
-    def score(configs: list[Config]) -> np.ndarray:
-        return np.asarray(model.predict([MeasureInput(task, c) for c in configs]), dtype=float)
-
-    n_random = min(n, int(round(settings.epsilon * n)))
-    best = evolve(space, score, n - n_random, exclude, rng, settings, seeds) if n > n_random else []
-    taken = set(exclude) | set(best)
-    return best + sample_unexplored(space, n - len(best), rng, taken)
+    return propose_guided(evolve, space, model, task, n, exclude, rng, settings, seeds)
 
 
 def evolve(space: ConfigSpace, score: Callable[[list[Config]], np.ndarray], n: int,

@@ -1,6 +1,8 @@
 """The ``Workload`` contract: a frozen, serializable description of one tensor operator."""
 from __future__ import annotations
 
+import abc
+
 import dataclasses
 import hashlib
 import json
@@ -14,7 +16,7 @@ class WorkloadError(ValueError):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Workload:
+class Workload(abc.ABC):
     """Base of every operator description.
 
     Subclasses are frozen dataclasses of plain ints/bools/strs; they define ``op``,
@@ -43,7 +45,8 @@ class Workload:
 
     # -- definition ---------------------------------------------------------------------------
     def build_te(self) -> list:
-        raise NotImplementedError(f"{type(self).__name__} must define build_te")
+        """Input and output TE tensors; operators without a TE definition override prim_func."""
+        raise WorkloadError(f"{self.op} has no tensor-expression definition")
 
     def prim_func(self):
         """The TIR function (inputs..., output) that templates schedule."""
@@ -52,8 +55,9 @@ class Workload:
         return te.create_prim_func(self.build_te())
 
     @property
+    @abc.abstractmethod
     def flops(self) -> int:
-        raise NotImplementedError(f"{type(self).__name__} must define flops")
+        """Floating-point operations of one call."""
 
     @property
     def input_shapes(self) -> list[tuple[int, ...]]:
@@ -67,8 +71,9 @@ class Workload:
         rng = np.random.default_rng(seed)
         return [rng.uniform(-1, 1, s).astype(self.dtype) for s in self.input_shapes]
 
+    @abc.abstractmethod
     def reference(self, *inputs: np.ndarray) -> np.ndarray:
-        raise NotImplementedError(f"{type(self).__name__} must define reference")
+        """The expected output for ``inputs``, computed independently of TVM's schedules."""
 
 
 def positive(name: str, value: int) -> None:
