@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from .cfg import split_operands
+
 CLASSES = ("fma", "arith", "load", "store", "shuffle", "int", "branch", "other")
 VECTOR_CLASSES = ("fma", "arith", "load", "store", "shuffle")
 REG_BITS = {"zmm": 512, "ymm": 256, "xmm": 128}
@@ -103,25 +105,8 @@ def parse_instruction(line: str) -> Instruction | None:
     if mnemonic in ("rep", "lock", "notrack", "data16") and len(parts) > 1:
         parts = parts[1].split(None, 1)
         mnemonic = parts[0].lower()
-    ops = _split_operands(parts[1]) if len(parts) > 1 else ()
+    ops = split_operands(parts[1]) if len(parts) > 1 else ()
     return Instruction(mnemonic, ops, comment.strip())
-
-
-def _split_operands(text: str) -> tuple[str, ...]:
-    out, depth, cur = [], 0, []
-    for ch in text:
-        if ch in "({":
-            depth += 1
-        elif ch in ")}":
-            depth -= 1
-        if ch == "," and depth == 0:
-            out.append("".join(cur).strip())
-            cur = []
-        else:
-            cur.append(ch)
-    if cur:
-        out.append("".join(cur).strip())
-    return tuple(o for o in out if o)
 
 
 # -- registers and operands -----------------------------------------------------------------------

@@ -303,3 +303,22 @@ def _frequencies(succ, heads, loop_heads, parents, bodies) -> tuple[np.ndarray, 
             else:
                 freq[x] = value
     return freq, entry
+
+
+def split_operands(text: str) -> tuple[str, ...]:
+    """An instruction's operands split at top-level commas (x86 and PTX alike: commas inside
+    (), [] or {} belong to one operand)."""
+    out, depth, cur = [], 0, []
+    for ch in text:
+        if ch in "{[(":
+            depth += 1
+        elif ch in "}])":
+            depth -= 1
+        if ch == "," and depth == 0:
+            out.append("".join(cur).strip())
+            cur = []
+        else:
+            cur.append(ch)
+    if cur:
+        out.append("".join(cur).strip())
+    return tuple(o for o in out if o)

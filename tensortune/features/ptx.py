@@ -12,7 +12,7 @@ import dataclasses
 import re
 from dataclasses import dataclass, field
 
-from .cfg import CodeLoop, Flow, LoopForest, natural_loops, solve_trip
+from .cfg import CodeLoop, Flow, LoopForest, natural_loops, solve_trip, split_operands
 
 CLASSES = ("fma", "arith", "int", "ld.global", "ld.shared", "ld.local", "st.global", "st.shared",
            "st.local", "bar", "branch", "other")
@@ -143,25 +143,8 @@ def parse_instruction(line: str) -> PtxInstruction | None:
         predicate = pred[1:]
         line = line.strip()
     parts = line.split(None, 1)
-    ops = _split_operands(parts[1]) if len(parts) > 1 else ()
+    ops = split_operands(parts[1]) if len(parts) > 1 else ()
     return PtxInstruction(parts[0], ops, predicate)
-
-
-def _split_operands(text: str) -> tuple[str, ...]:
-    out, depth, cur = [], 0, []
-    for ch in text:
-        if ch in "{[(":
-            depth += 1
-        elif ch in "}])":
-            depth -= 1
-        if ch == "," and depth == 0:
-            out.append("".join(cur).strip())
-            cur = []
-        else:
-            cur.append(ch)
-    if cur:
-        out.append("".join(cur).strip())
-    return tuple(o for o in out if o)
 
 
 def parse_ptxas(text: str) -> dict[str, PtxasInfo]:

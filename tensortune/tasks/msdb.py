@@ -23,7 +23,7 @@ from .compile import Best, CompiledModel, best_records_of, resolve_best
 from .extract import TuneTask, fuse, prepare
 
 # run_secs of a record whose config was given without a measurement: MetaSchedule skips
-# records without times (or at its 1e10 "undefined" stub), and this ranks below any real one
+# records without times (or at its 1e10 "undefined" default), and this ranks below any real one
 UNMEASURED_SECS = 1e9
 
 
