@@ -32,16 +32,18 @@ def metaschedule_model(session: Session, trials: int, work_dir: Path):
     from tvm.s_tir import meta_schedule as ms
 
     from tensortune.tasks import CompiledModel
-    from tensortune.tasks.extract import prepare
+    from tensortune.tasks.extract import fused_module, prepare
 
-    mod = prepare(session.model.mod)
     target = tvm.target.Target(session.target)
     logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
     start = time.perf_counter()
-    db = ms.relax_integration.tune_relax(mod, params={}, target=target, work_dir=str(work_dir),
+    # MetaSchedule extracts tasks from an already legalized and fused module; compile_relax then
+    # runs the same passes on the prepared module and looks the functions up in its database
+    db = ms.relax_integration.tune_relax(fused_module(session.model, session.target), params={},
+                                         target=target, work_dir=str(work_dir),
                                          max_trials_global=trials, num_trials_per_iter=64)
     tune_s = time.perf_counter() - start
-    ex = ms.relax_integration.compile_relax(db, mod, target, params=None)
+    ex = ms.relax_integration.compile_relax(db, prepare(session.model.mod), target, params=None)
     m = session.model
     return CompiledModel(ex, m.inputs, m.outputs, (), m.name, dict(session.target)), tune_s
 
@@ -60,6 +62,8 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--no-metaschedule", action="store_true")
     ap.add_argument("--home", default=None, help="tensortune home (default: a fresh temp dir)")
+    ap.add_argument("--reuse", action="store_true",
+                    help="don't tune: build from the records already in --home (peers only)")
     args = ap.parse_args(argv)
     home = Path(args.home or tempfile.mkdtemp(prefix="tt-bench-models-"))
     settings = dataclasses.replace(Settings.from_env(), home=home)
@@ -75,8 +79,8 @@ def main(argv=None) -> int:
             expected = s._torch[0](*s._torch[1])
         expected = (expected[0] if isinstance(expected, tuple) else expected).numpy()
         t0 = time.perf_counter()
-        result = s.tune(args.trials)
-        tt_tune = time.perf_counter() - t0
+        trials = 0 if args.reuse else s.tune(args.trials).trials
+        tt_tune = None if args.reuse else time.perf_counter() - t0
         s.build()
         _check("tensortune", s.run(*x)[0], expected)
         tuned = s.compiled.time(repeat=20).median
@@ -84,12 +88,12 @@ def main(argv=None) -> int:
         untuned_model = s.build(tuned=False)
         _check("untuned", untuned_model.run(*x)[0], expected)
         untuned = untuned_model.time(repeat=3).median
-        row = {"model": name, "tasks": len([t for t in s.tasks if t.tunable]),
-               "trials": result.trials, "tt_ms": tuned * 1e3, "tt_tune_s": tt_tune,
+        row = {"model": name, "tasks": len([t for t in s.extract() if t.tunable]),
+               "trials": trials, "tt_ms": tuned * 1e3, "tt_tune_s": tt_tune,
                "torch_ms": torch_ms, "untuned_ms": untuned * 1e3}
-        print(f"[{name}] tensortune {row['tt_ms']:.2f} ms after {result.trials} trials in "
-              f"{tt_tune:.0f} s; PyTorch {torch_ms:.2f} ms; untuned {row['untuned_ms']:.1f} ms",
-              flush=True)
+        spent = "reused records" if args.reuse else f"{trials} trials in {tt_tune:.0f} s"
+        print(f"[{name}] tensortune {row['tt_ms']:.2f} ms ({spent}); PyTorch {torch_ms:.2f} ms; "
+              f"untuned {row['untuned_ms']:.1f} ms", flush=True)
         if not args.no_metaschedule:
             ms_model, ms_tune = metaschedule_model(s, args.trials, home / f"ms-{name}")
             _check("MetaSchedule", ms_model.run(*x)[0], expected)
