@@ -39,9 +39,14 @@ def metaschedule_model(session: Session, trials: int, work_dir: Path):
     start = time.perf_counter()
     # MetaSchedule extracts tasks from an already legalized and fused module; compile_relax then
     # runs the same passes on the prepared module and looks the functions up in its database
-    db = ms.relax_integration.tune_relax(fused_module(session.model, session.target), params={},
-                                         target=target, work_dir=str(work_dir),
-                                         max_trials_global=trials, num_trials_per_iter=64)
+    fused = fused_module(session.model, session.target)
+    # MetaSchedule's warm-up gives every task one batch of num_trials_per_iter; at its default of
+    # 64 a budget under 128 x tasks leaves the last tasks untuned (naive code), so size the batch
+    # the way tensortune's scheduler sizes its warm-up
+    n_tasks = len(ms.relax_integration.extract_tasks(fused, target))
+    per_iter = max(8, min(64, trials // (2 * max(1, n_tasks))))
+    db = ms.relax_integration.tune_relax(fused, params={}, target=target, work_dir=str(work_dir),
+                                         max_trials_global=trials, num_trials_per_iter=per_iter)
     tune_s = time.perf_counter() - start
     ex = ms.relax_integration.compile_relax(db, prepare(session.model.mod), target, params=None)
     m = session.model

@@ -80,13 +80,14 @@ def tune_op(
     trials: int = typer.Option(256, help="measurement budget"),
     tuner: str = typer.Option("xgb", help="xgb | gtuner | random | grid"),
     features: str = typer.Option("knob", help="cost-model features, e.g. knob or knob+itervar"),
+    search: str = typer.Option("sa", help="model-guided search: sa (annealing) | ga (genetic)"),
     log: Optional[Path] = typer.Option(None, help="JSON-lines records (appended; resumed if present)"),
     seed: int = typer.Option(0, help="random seed"),
     as_json: bool = typer.Option(False, "--json", help="end with one JSON summary line on stdout"),
 ):
     """Tune one operator on this CPU and report the best kernel found."""
     from .peers import fma_peak_gflops
-    from .tuner import TUNERS, tune_task
+    from .tuner import SEARCHES, TUNERS, tune_task
 
     try:
         workload = workload_from_options(op, m, n, k, b, batch, in_features, out_features, bias,
@@ -96,6 +97,9 @@ def tune_op(
         raise typer.Exit(2)
     if tuner not in TUNERS:
         console.print(f"[red]error:[/red] unknown tuner {tuner!r}; choose one of {', '.join(TUNERS)}")
+        raise typer.Exit(2)
+    if search not in SEARCHES:
+        console.print(f"[red]error:[/red] unknown search {search!r}; choose one of {', '.join(SEARCHES)}")
         raise typer.Exit(2)
     settings = dataclasses.replace(Settings.from_env(), seed=seed)
     target = settings.target or default_target(settings.measure.threads)
@@ -121,7 +125,8 @@ def tune_op(
                 progress.update(bar, best=best["gflops"])
 
         result = tune_task(task, trials, tuner=tuner, log=log, settings=settings,
-                           callbacks=[on_result], features=features, on_corrupt=corrupt)
+                           callbacks=[on_result], features=features, on_corrupt=corrupt,
+                           search=search)
     threads = int(target.get("num-cores", 1))
     peak = fma_peak_gflops(threads)
     gflops = workload.flops / result.best_cost / 1e9 if result.best_config else 0.0

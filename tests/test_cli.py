@@ -49,3 +49,9 @@ def test_tiny_run_ends_with_json_summary_and_best_lists_it(tmp_path, monkeypatch
     assert res.exit_code == 0
     rows = json.loads(res.stdout.strip().splitlines()[-1])
     assert rows[0]["workload"].startswith("matmul(m=32")
+
+
+def test_unknown_search_is_named():
+    res = runner.invoke(app, ["tune-op", "matmul", "--m", "4", "--n", "4", "--k", "4",
+                              "--search", "tabu"])
+    assert res.exit_code == 2 and "unknown search 'tabu'" in res.output
