@@ -49,8 +49,8 @@ class CachedExtractor(abc.ABC):
         return np.stack(rows).astype(np.float32, copy=False)
 
     def empty_dim(self) -> int:
-        """The row width reported for an empty batch (0 when it depends on the task)."""
-        return 0
+        """The row width reported for an empty batch: ``dim`` when fixed, else 0 (task-dependent)."""
+        return int(getattr(self, "dim", 0))
 
     def _row(self, inp: MeasureInput) -> np.ndarray:
         key = (inp.task.key, inp.config)

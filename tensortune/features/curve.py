@@ -98,9 +98,6 @@ class CurveFeatures(CachedExtractor):
     def dim(self) -> int:
         return len(curve_feature_names(self.samples, self.max_buffers))
 
-    def empty_dim(self) -> int:
-        return self.dim
-
     def _compute(self, inp: MeasureInput) -> np.ndarray:
         sch = self.scheduled(inp)
         if sch is None:

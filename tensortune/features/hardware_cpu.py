@@ -193,9 +193,6 @@ class HardwareCPUFeatures(CachedExtractor):
     def dim(self) -> int:
         return len(FEATURE_NAMES)
 
-    def empty_dim(self) -> int:
-        return self.dim
-
     def _compute(self, inp: MeasureInput) -> np.ndarray:
         import tvm
 

@@ -188,9 +188,6 @@ class HardwareCUDAFeatures(CachedExtractor):
     def dim(self) -> int:
         return len(FEATURE_NAMES)
 
-    def empty_dim(self) -> int:
-        return self.dim
-
     def _compute(self, inp: MeasureInput) -> np.ndarray:
         import tvm
 

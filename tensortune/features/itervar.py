@@ -167,9 +167,6 @@ class IterVarFeatures(CachedExtractor):
     def dim(self) -> int:
         return len(feature_names(self.max_levels, self.max_buffers))
 
-    def empty_dim(self) -> int:
-        return self.dim
-
     def _compute(self, inp: MeasureInput) -> np.ndarray:
         sch = self.scheduled(inp)
         if sch is None:
