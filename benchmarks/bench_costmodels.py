@@ -36,8 +36,10 @@ from pathlib import Path
 import numpy as np
 
 from tensortune.cost_model.metrics import pearson
-from tensortune.dataset import Dataset, TaskData, load_dataset
+from tensortune.costmodel_eval import FeatureBank
+from tensortune.dataset import Dataset, TaskData, features_path, load_dataset
 from tensortune.features import EXTRACTORS, make_extractor
+from tensortune.features.store import FeatureStore
 from tensortune.settings import MeasureSettings, SearchSettings, Settings
 from tensortune.tuner import tune_task
 
@@ -86,18 +88,19 @@ def default_specs() -> list[str]:
     return specs + ["gtuner:itervar:pretrained"]
 
 
-def make_model(spec: CurveSpec, history: list[TaskData], seed: int):
-    """A fresh cost model for ``spec``, pretrained on ``history`` when the spec says so."""
+def make_model(spec: CurveSpec, history: list[TaskData], seed: int, bank: FeatureBank):
+    """A fresh cost model for ``spec``, pretrained on ``history`` when the spec says so.
+    ``bank`` serves the history's costly feature rows from the dataset's feature store."""
     if spec.tuner == "random":
         return None
     if spec.tuner == "xgb":
         from tensortune.cost_model import XGBoostModel
 
-        model = XGBoostModel(make_extractor(spec.features), seed=seed)
+        model = XGBoostModel(bank.get(spec.features), seed=seed)
     else:
         from tensortune.cost_model import GTunerModel
 
-        model = GTunerModel(spec.features, seed=seed)
+        model = GTunerModel(bank.get(spec.features), seed=seed)
     if spec.pretrained:
         model.pretrain([i for d in history for i in d.inputs],
                        [r for d in history for r in d.results])
@@ -120,7 +123,7 @@ def trials_to_reach(best: np.ndarray, target_cost: float) -> int | None:
 
 
 def tune_runs(data: TaskData, spec: CurveSpec, history: list[TaskData], args, settings: Settings,
-              workdir: Path) -> list[dict]:
+              workdir: Path, bank: FeatureBank) -> list[dict]:
     """``args.repeats`` tuning runs of one task with one model."""
     runs = []
     if spec.costly:
@@ -129,7 +132,7 @@ def tune_runs(data: TaskData, spec: CurveSpec, history: list[TaskData], args, se
                                        search=dataclasses.replace(settings.search, **smaller))
     for r in range(args.repeats):
         seed = args.seed + r
-        model = make_model(spec, history, seed)
+        model = make_model(spec, history, seed, bank)
         log = workdir / f"{data.name}-{spec.label.replace(':', '_')}-{r}.jsonl"
         log.unlink(missing_ok=True)
         points = []  # (trial, predicted score, measured cost) as XFEATUR's figure 1
@@ -268,9 +271,11 @@ def main(argv=None) -> int:
           f"({sum(d.n for d in history)} records); {args.trials} trials, search {args.search}; "
           f"logs in {workdir}", flush=True)
 
+    # the dataset's stored rows only: the held-out runs' new candidates are not written back
+    bank = FeatureBank(FeatureStore(features_path(args.dataset), read_only=True))
     raw: dict[str, dict] = {}
     for data in held:
-        raw[data.name] = {s.label: (s, tune_runs(data, s, history, args, settings, workdir))
+        raw[data.name] = {s.label: (s, tune_runs(data, s, history, args, settings, workdir, bank))
                           for s in specs}
     best_known = {}
     for data in held:

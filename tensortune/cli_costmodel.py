@@ -67,7 +67,10 @@ def collect(
                               "or a zoo model (resnet18, mobilenet_v2, bert_base, ...)"),
     per_task: int = typer.Option(128, help="measured configs per task (records already in the "
                                  "file count)"),
-    out: Path = typer.Option(Path("data/dataset.jsonl"), help="records file (appended, resumed)"),
+    out: Path = typer.Option(Path("data/cpu.jsonl.gz"), help="records file (appended, resumed; "
+                             "a .gz one is collected uncompressed and packed at the end)"),
+    adopt: Optional[Path] = typer.Option(None, help="a records log of this machine (e.g. a "
+                                         "model's tuning) whose records of these tasks to copy in"),
     random_fraction: float = typer.Option(0.5, help="share of random configs; the rest are "
                                           "XGBoost-guided"),
     features: str = typer.Option("knob", help="features of the guiding XGBoost model"),
@@ -87,6 +90,13 @@ def collect(
             raise ValueError("--per-task must be >= 0 and --random-fraction in [0, 1]")
     except (KeyError, ValueError) as err:
         _fail(str(err.args[0]) if isinstance(err, KeyError) else str(err))
+    adopted = []
+    if adopt is not None:
+        from .records import load_records
+
+        if not adopt.exists():
+            _fail(f"no such records log: {adopt}")
+        adopted = load_records(adopt)
     console.print(f"{len(resolved)} tasks, {per_task} configs each, into {out}")
     columns = [TextColumn("{task.description:<48}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn()]
@@ -101,7 +111,7 @@ def collect(
                 progress.advance(bar["id"])
 
         summary = collect_dataset(out, resolved, per_task, settings, random_fraction, features,
-                                  callbacks=[on_result], on_task=on_task)
+                                  callbacks=[on_result], on_task=on_task, adopt=adopted)
     rows = [dataclasses.asdict(s) for s in summary]
     for row in rows:
         row["best_cost"] = row["best_cost"] if row["best_cost"] < float("inf") else None
@@ -129,6 +139,48 @@ def info(dataset: Path = typer.Argument(..., help="dataset records file"),
     console.print(table)
     if as_json:
         sys.stdout.write(json.dumps({"dataset": str(dataset), "tasks": rows}) + "\n")
+
+
+@dataset_app.command("features")
+def features_cmd(
+    dataset: Path = typer.Argument(..., help="dataset records file"),
+    features: str = typer.Option("hardware", help="comma-separated costly extractors to store"),
+    jobs: int = typer.Option(2, help="processes extracting in parallel"),
+):
+    """Precompute costly feature rows (hardware compiles every config) into the dataset's
+    feature store, which ``costmodel eval|compare`` and the benchmarks read."""
+    from .dataset import features_path
+    from .features.store import COSTLY, FeatureStore, fill
+
+    names = _names(features)
+    bad = [n for n in names if n not in COSTLY]
+    if bad:
+        _fail(f"only costly extractors are stored ({', '.join(COSTLY)}), not {', '.join(bad)}")
+    ds = _load(dataset)
+    store = FeatureStore(features_path(dataset))
+    inputs = [inp for t in ds for inp in t.inputs]
+    for name in names:
+        columns = [TextColumn(f"{name:<12}"), BarColumn(), MofNCompleteColumn(),
+                   TimeElapsedColumn()]
+        with Progress(*columns, console=console) as progress:
+            bar = progress.add_task(name, total=len(inputs))
+            progress.advance(bar, sum(inp in store.wrap(_extractor(name)) for inp in inputs))
+            done = fill(store, name, inputs, jobs, on_chunk=lambda n: progress.advance(bar, n))
+        console.print(f"{name}: computed {done} rows into {store.directory}")
+
+
+def _extractor(name: str):
+    from .features import make_extractor
+
+    return make_extractor(name)
+
+
+def _bank(dataset: Path, use_store: bool):
+    from .costmodel_eval import FeatureBank
+    from .dataset import features_path
+    from .features.store import FeatureStore
+
+    return FeatureBank(FeatureStore(features_path(dataset)) if use_store else None)
 
 
 # -- cost models -----------------------------------------------------------------------------------
@@ -195,6 +247,8 @@ def eval_cmd(
     finetune: int = typer.Option(0, help="by-task: records of each held-out task to fine-tune on"),
     train_fraction: float = typer.Option(0.5, help="within-task: share of records to train on"),
     seed: int = typer.Option(0),
+    store: bool = typer.Option(True, help="read and keep costly feature rows (hardware) in "
+                               "the dataset's feature store"),
     as_json: bool = typer.Option(False, "--json", help="end with one JSON object on stdout"),
 ):
     """Fit one cost model and report Pearson, Spearman, pairwise accuracy and top-k ratios."""
@@ -205,7 +259,7 @@ def eval_cmd(
     ds = _load(dataset)
     report = _run(evaluate, dataset=ds, model=model, features=features, split=split,
                   holdout=_names(holdout or ""), folds=folds, finetune=finetune,
-                  train_fraction=train_fraction, seed=seed,
+                  train_fraction=train_fraction, seed=seed, bank=_bank(dataset, store),
                   on_progress=lambda name: console.print(f"  scored {name}"))
     _print_wide(_task_table(report))
     for s in report.scores:
@@ -230,10 +284,12 @@ def compare_cmd(
     finetune: int = typer.Option(0, help="by-task: records of each held-out task to fine-tune on"),
     train_fraction: float = typer.Option(0.5, help="within-task: share of records to train on"),
     seed: int = typer.Option(0),
+    store: bool = typer.Option(True, help="read and keep costly feature rows (hardware) in "
+                               "the dataset's feature store"),
     as_json: bool = typer.Option(False, "--json", help="end with one JSON line on stdout"),
 ):
     """Every model x feature combination on one dataset, in one table."""
-    from .costmodel_eval import MODELS, FeatureBank, default_feature_sets, evaluate
+    from .costmodel_eval import MODELS, default_feature_sets, evaluate
 
     model_names = _names(models)
     unknown = [m for m in model_names if m not in MODELS]
@@ -241,7 +297,7 @@ def compare_cmd(
         _fail(f"unknown cost model(s) {unknown or models!r}; choose from {', '.join(MODELS)}")
     feature_sets = _names(features) if features else list(default_feature_sets())
     ds = _load(dataset)
-    bank = FeatureBank()
+    bank = _bank(dataset, store)
     reports = []
     for fs in feature_sets:
         for m in model_names:

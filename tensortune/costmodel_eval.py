@@ -75,17 +75,22 @@ class FeatureBank:
     """One extractor instance per feature name for a whole run, so each (task, config) row of
     each extractor is computed once however many model x feature combinations use it."""
 
-    def __init__(self):
+    def __init__(self, store=None):
+        self.store = store  # a FeatureStore: costly extractors read and keep their rows there
         self._parts: dict[str, FeatureExtractor] = {}
         self._widths: dict[tuple[str, str], int] = {}
 
     def get(self, features: str) -> FeatureExtractor:
         from .features import make_extractor
+        from .features.store import COSTLY
 
         names = [p.strip() for p in features.split("+") if p.strip()]
         for name in names:
             if name not in self._parts:
-                self._parts[name] = make_extractor(name)  # raises naming unknown extractors
+                part = make_extractor(name)  # raises naming unknown extractors
+                if self.store is not None and name in COSTLY:
+                    part = self.store.wrap(part)
+                self._parts[name] = part
         parts = [self._parts[n] for n in names]
         return parts[0] if len(parts) == 1 else ConcatFeatures(parts)
 

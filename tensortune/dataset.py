@@ -184,10 +184,28 @@ class Dataset:
 
 # -- manifest --------------------------------------------------------------------------------------
 
+def _base(path: str | os.PathLike) -> str:
+    """``data/dataset.jsonl.gz`` and ``data/dataset.jsonl`` -> ``data/dataset``."""
+    name = Path(path).name
+    for suffix in (".gz", ".jsonl"):
+        name = name.removesuffix(suffix)
+    return str(Path(path).with_name(name))
+
+
 def manifest_path(path: str | os.PathLike) -> Path:
-    """``data/dataset.jsonl`` -> ``data/dataset.tasks.json``."""
+    """``data/dataset.jsonl[.gz]`` -> ``data/dataset.tasks.json``."""
+    return Path(_base(path) + ".tasks.json")
+
+
+def features_path(path: str | os.PathLike) -> Path:
+    """Where a dataset keeps its stored feature rows: ``data/dataset.features/``."""
+    return Path(_base(path) + ".features")
+
+
+def working_log(path: str | os.PathLike) -> Path:
+    """The uncompressed log a packed dataset (``.jsonl.gz``) is collected into."""
     path = Path(path)
-    return path.with_name(path.stem + ".tasks.json")
+    return path.with_suffix("") if path.suffix == ".gz" else path
 
 
 def read_manifest(path: str | os.PathLike) -> dict[str, TaskInfo]:
@@ -295,12 +313,17 @@ def collect_dataset(out: str | os.PathLike, tasks: Sequence[tuple[TaskInfo, Task
                     per_task: int, settings: Settings | None = None,
                     random_fraction: float = 0.5, features: str = "knob",
                     callbacks: Sequence[Callable[[MeasureInput, MeasureResult], None]] = (),
-                    on_task: Callable[[TaskInfo, int], None] | None = None) -> list[CollectedTask]:
+                    on_task: Callable[[TaskInfo, int], None] | None = None,
+                    adopt: Sequence = ()) -> list[CollectedTask]:
     """Grow ``out`` to ``per_task`` measured configs per task: first random ones up to
     ``random_fraction`` of them, then XGBoost-guided ones (``features``) for the rest.
 
+    An ``out`` ending in ``.gz`` is kept packed: collection appends to the uncompressed
+    ``working_log(out)`` (flushed per measurement as always) and packs it when done.
     Records already in ``out`` count (invalid configs do not, as in tuning budgets) and are
     never measured again, so a re-run resumes and a larger ``per_task`` grows the dataset.
+    ``adopt`` takes records measured elsewhere on this machine (e.g. a model's tuning log):
+    those of the tasks collected here are copied in first and count like the dataset's own.
     One builder and one runner serve all tasks. ``on_task(info, before)`` is called as each
     task starts.
     """
@@ -313,16 +336,28 @@ def collect_dataset(out: str | os.PathLike, tasks: Sequence[tuple[TaskInfo, Task
         raise ValueError(f"per_task must be >= 0, got {per_task}")
     if not 0.0 <= random_fraction <= 1.0:
         raise ValueError(f"random_fraction must be in [0, 1], got {random_fraction}")
+    from .records import pack_records, unpack_records
+
     settings = settings or Settings()
     write_manifest(out, [info for info, _ in tasks])
+    packed, log = Path(out), working_log(out)
+    # a working log left by a killed run holds everything of the packed one and more
+    if log != packed and packed.exists() and not log.exists():
+        unpack_records(packed, log)
     history: dict[str, dict] = {}
-    if Path(out).exists():
-        for rec in load_records(out):
+    if log.exists():
+        for rec in load_records(log):
             history.setdefault(rec.task_key, {}).setdefault(rec.config, rec.to_result())
     m = settings.measure
     builder = LocalBuilder(m.build_workers, m.build_timeout_s)
     runner = LocalRunner(m)
-    writer = RecordWriter(out)
+    writer = RecordWriter(log)
+    wanted = {task.key for _, task in tasks}
+    for rec in adopt:
+        known = history.setdefault(rec.task_key, {})
+        if rec.task_key in wanted and rec.config not in known:
+            writer.write(rec)
+            known[rec.config] = rec.to_result()
     summary = []
     try:
         for info, task in tasks:
@@ -354,9 +389,14 @@ def collect_dataset(out: str | os.PathLike, tasks: Sequence[tuple[TaskInfo, Task
         builder.close()
         runner.close()
         writer.close()
+        if log != packed:
+            pack_records(log, packed)
+    if log != packed:  # packed without error: the working copy is redundant
+        log.unlink()
     return summary
 
 
 __all__ = ["Dataset", "TaskData", "TaskInfo", "CollectedTask", "benchmark_workloads", "op_kind",
            "default_name", "resolve_tasks", "collect_dataset", "load_dataset", "manifest_path",
+           "features_path", "working_log",
            "read_manifest", "write_manifest", "MODEL_OPS"]

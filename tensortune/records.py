@@ -4,9 +4,12 @@ Each line holds everything needed to rebuild the measured kernel without the tun
 workload, target, template, TVM version and config, plus the outcome (costs or error).
 Lines are written with one ``write`` and an ``fsync`` so a killed run loses at most the line
 being written; a torn or otherwise corrupt line is reported and skipped when loading.
+A finished log may be gzip-compressed (``pack_records``, e.g. a dataset kept in the repository);
+``load_records`` reads ``.gz`` files as they are, and logs are only ever appended to uncompressed.
 """
 from __future__ import annotations
 
+import gzip
 import json
 import logging
 import math
@@ -146,6 +149,9 @@ class RecordWriter:
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
+        if self.path.suffix == ".gz":
+            raise ValueError(f"{self.path}: records are appended to an uncompressed log; "
+                             "decompress it, append, and pack it again")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # O_APPEND and one write per line: a second writer (or a resumed run) never
         # interleaves inside a line, and nothing already in the file is touched.
@@ -186,17 +192,44 @@ def load_records(path: str | os.PathLike,
     and skipped; blank lines are ignored. A missing file raises ``FileNotFoundError``.
     """
     records = []
-    with open(path, "rb") as f:
-        for lineno, raw in enumerate(f, start=1):
-            if not raw.strip():
-                continue
-            try:
-                records.append(Record.from_json(json.loads(raw)))
-            except (json.JSONDecodeError, UnicodeDecodeError) as err:
-                _report(path, lineno, f"invalid JSON: {err}", on_corrupt)
-            except RecordError as err:
-                _report(path, lineno, str(err), on_corrupt)
+    lineno = 0
+    with (gzip.open(path, "rb") if Path(path).suffix == ".gz" else open(path, "rb")) as f:
+        try:
+            for lineno, raw in enumerate(f, start=1):
+                if not raw.strip():
+                    continue
+                try:
+                    records.append(Record.from_json(json.loads(raw)))
+                except (json.JSONDecodeError, UnicodeDecodeError) as err:
+                    _report(path, lineno, f"invalid JSON: {err}", on_corrupt)
+                except RecordError as err:
+                    _report(path, lineno, str(err), on_corrupt)
+        except (EOFError, gzip.BadGzipFile) as err:  # a truncated or damaged compressed log
+            _report(path, lineno + 1, f"unreadable gzip data: {err}", on_corrupt)
     return records
+
+
+def pack_records(src: str | os.PathLike, dst: str | os.PathLike) -> Path:
+    """Write ``src`` gzip-compressed to ``dst`` (atomically: a reader never sees half a file).
+    Records of model tasks repeat their TVMScript on every line, so this shrinks them ~50x."""
+    dst = Path(dst)
+    tmp = dst.with_name(dst.name + ".tmp")
+    with open(src, "rb") as fin, gzip.open(tmp, "wb", compresslevel=9) as fout:
+        while chunk := fin.read(1 << 20):
+            fout.write(chunk)
+    os.replace(tmp, dst)
+    return dst
+
+
+def unpack_records(src: str | os.PathLike, dst: str | os.PathLike) -> Path:
+    """Decompress the packed log ``src`` into ``dst`` (atomically), to append to it."""
+    dst = Path(dst)
+    tmp = dst.with_name(dst.name + ".tmp")
+    with gzip.open(src, "rb") as fin, open(tmp, "wb") as fout:
+        while chunk := fin.read(1 << 20):
+            fout.write(chunk)
+    os.replace(tmp, dst)
+    return dst
 
 
 def _report(path, lineno: int, reason: str, on_corrupt) -> None:

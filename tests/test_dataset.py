@@ -137,3 +137,18 @@ def test_benchmark_tasks_and_op_kinds():
     assert op_kind(dense) == "dense"
     assert op_kind(PrimFuncWorkload.from_prim_func(Matmul(m=4, n=8, k=16).prim_func(),
                                                    name="max_pool2d")) == "other"
+
+
+def test_adopting_records_copies_those_of_the_collected_tasks(collected, tmp_path):
+    from tensortune.records import load_records
+
+    source = collected[0]
+    tasks = _tiny_tasks()[:1]  # mm32 only
+    out = tmp_path / "adopted.jsonl"
+    summary = collect_dataset(out, tasks, per_task=0, settings=FAST,
+                              adopt=load_records(source))
+    ds = load_dataset(out)
+    assert ds.names == ["mm32"] and summary[0].before == ds.get("mm32").n
+    assert ds.get("mm32").n == load_dataset(source).get("mm32").n
+    collect_dataset(out, tasks, per_task=0, settings=FAST, adopt=load_records(source))
+    assert load_dataset(out).get("mm32").n == ds.get("mm32").n  # adopted once

@@ -1,0 +1,154 @@
+"""Feature rows kept on disk, so costly extractors (``hardware`` compiles every candidate) run
+once per candidate across evaluations, benchmarks and sessions.
+
+A store is a directory with one append-only JSON-lines file per extractor and version,
+``<name>-v<version>.jsonl``; each line is ``{"task": task key, "config": config, "row": [...]}``.
+The task key already hashes workload, target, template and TVM version, so a row is never
+served for a candidate it was not computed for. A torn last line (a killed run) is skipped.
+
+    store = FeatureStore("data/cpu.features")
+    hw = store.wrap(make_extractor("hardware"))
+    fill(store, "hardware", inputs, jobs=2)   # precompute in parallel processes
+    X = hw.extract(inputs)                    # served from disk
+"""
+from __future__ import annotations
+
+import json
+import logging
+import multiprocessing
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from ..measure.types import MeasureInput
+from ..space import Config
+
+log = logging.getLogger(__name__)
+# only these are worth persisting: the others cost microseconds to milliseconds per row
+COSTLY = ("hardware", "hardware_cuda")
+
+
+def _config_key(config: Config) -> str:
+    return json.dumps(config.to_json(), sort_keys=True, separators=(",", ":"))
+
+
+class StoredExtractor:
+    """``inner`` with its rows read from and appended to one file of a ``FeatureStore``."""
+
+    def __init__(self, inner, path: Path, read_only: bool = False):
+        self.inner = inner
+        self.name = inner.name
+        self.path = path
+        self.read_only = read_only  # rows computed now are kept in memory only
+        self._rows: dict[tuple[str, str], np.ndarray] = {}
+        self._load()
+
+    def _load(self) -> None:
+        if not self.path.exists():
+            return
+        with open(self.path, "rb") as f:
+            for lineno, raw in enumerate(f, start=1):
+                try:
+                    obj = json.loads(raw)
+                    row = np.asarray(obj["row"], dtype=np.float32)
+                    config = json.dumps(obj["config"], sort_keys=True, separators=(",", ":"))
+                    self._rows[(str(obj["task"]), config)] = row
+                except (ValueError, KeyError, TypeError) as err:
+                    log.warning("%s:%d: skipping corrupt feature row: %s", self.path, lineno, err)
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __contains__(self, inp: MeasureInput) -> bool:
+        return (inp.task.key, _config_key(inp.config)) in self._rows
+
+    def add(self, inputs: Sequence[MeasureInput], rows: np.ndarray) -> None:
+        """Keep and append rows computed elsewhere (e.g. by ``fill``'s workers)."""
+        lines = []
+        for inp, row in zip(inputs, rows):
+            key = (inp.task.key, _config_key(inp.config))
+            if key in self._rows:
+                continue
+            self._rows[key] = np.asarray(row, dtype=np.float32)
+            lines.append(json.dumps({"task": key[0], "config": json.loads(key[1]),
+                                     "row": [float(f"{v:.6g}") for v in row.tolist()]},
+                                    separators=(",", ":")))
+        if lines and not self.read_only:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.path, "a") as f:
+                f.write("\n".join(lines) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+
+    def extract(self, inputs: Sequence[MeasureInput]) -> np.ndarray:
+        keys = [(inp.task.key, _config_key(inp.config)) for inp in inputs]
+        missing = [i for i, k in enumerate(keys) if k not in self._rows]
+        if missing:
+            todo = [inputs[i] for i in missing]
+            self.add(todo, self.inner.extract(todo))
+        if not inputs:
+            return self.inner.extract([])
+        return np.stack([self._rows[k] for k in keys]).astype(np.float32, copy=False)
+
+
+class FeatureStore:
+    """A directory of stored feature rows, one file per extractor name and version."""
+
+    def __init__(self, directory: str | os.PathLike, read_only: bool = False):
+        self.directory = Path(directory)
+        self.read_only = read_only
+        self._open: dict[str, StoredExtractor] = {}
+
+    def path_for(self, extractor) -> Path:
+        return self.directory / f"{extractor.name}-v{getattr(extractor, 'version', 1)}.jsonl"
+
+    def wrap(self, extractor):
+        """``extractor`` backed by this store (the same wrapper for every call with one name)."""
+        path = self.path_for(extractor)
+        stored = self._open.get(str(path))
+        if stored is None:
+            stored = self._open[str(path)] = StoredExtractor(extractor, path, self.read_only)
+        return stored
+
+
+def _extract_chunk(args):
+    name, inputs = args
+    from . import make_extractor
+
+    return make_extractor(name).extract(inputs)
+
+
+def fill(store: FeatureStore, name: str, inputs: Sequence[MeasureInput], jobs: int = 1,
+         chunk: int = 16, on_chunk: Callable[[int], None] | None = None) -> int:
+    """Compute the rows of ``name`` the store lacks for ``inputs``, ``jobs`` processes at a time,
+    appending each chunk (inputs of one task) as it completes. Returns the rows computed;
+    ``on_chunk(n)`` is told each chunk's size."""
+    from . import make_extractor
+
+    stored = store.wrap(make_extractor(name))
+    by_task: dict[str, list[MeasureInput]] = {}
+    for inp in inputs:
+        if inp not in stored:
+            by_task.setdefault(inp.task.key, []).append(inp)
+    chunks = [todo[i:i + chunk] for todo in by_task.values() for i in range(0, len(todo), chunk)]
+    if not chunks:
+        return 0
+    def drain(results) -> None:
+        for c, rows in zip(chunks, results):
+            stored.add(c, rows)
+            if on_chunk is not None:
+                on_chunk(len(c))
+
+    work = [(name, c) for c in chunks]
+    if jobs <= 1:
+        drain(map(_extract_chunk, work))
+    else:
+        # spawn: a forked TVM runtime is not safe to use in the child
+        with multiprocessing.get_context("spawn").Pool(jobs) as pool:
+            drain(pool.imap(_extract_chunk, work))
+    return sum(len(c) for c in chunks)
+
+
+__all__ = ["FeatureStore", "StoredExtractor", "fill", "COSTLY"]

@@ -1,0 +1,137 @@
+"""Stored feature rows and packed (gzip) record logs and datasets."""
+from __future__ import annotations
+
+import gzip
+
+import numpy as np
+import pytest
+
+from tensortune.dataset import (
+    TaskInfo,
+    collect_dataset,
+    features_path,
+    load_dataset,
+    manifest_path,
+    working_log,
+)
+from tensortune.features import make_extractor
+from tensortune.features.store import FeatureStore, fill
+from tensortune.measure.types import MeasureInput, MeasureResult
+from tensortune.records import RecordWriter, load_records, pack_records
+from tensortune.settings import MeasureSettings, SearchSettings, Settings
+from tensortune.space import task_space
+from tensortune.workload import Matmul, Task, default_target
+
+FAST = Settings(measure=MeasureSettings(number=1, repeat=2, min_repeat_ms=1, run_timeout_s=10),
+                search=SearchSettings(batch_size=4, sa_chains=8, sa_steps=10))
+
+
+def _inputs(n=6, m=32):
+    task = Task(Matmul(m=m, n=m, k=m), default_target(2))
+    space = task_space(task)
+    return [MeasureInput(task, space.get(i)) for i in range(n)]
+
+
+class Counting:
+    """A real extractor that counts the rows it computes."""
+
+    def __init__(self, name="knob"):
+        self.inner = make_extractor(name)
+        self.name = self.inner.name
+        self.calls = 0
+
+    def extract(self, inputs):
+        self.calls += len(inputs)
+        return self.inner.extract(inputs)
+
+
+def test_stored_rows_are_computed_once_and_survive_a_new_store(tmp_path):
+    inputs = _inputs()
+    counting = Counting()
+    stored = FeatureStore(tmp_path).wrap(counting)
+    first = stored.extract(inputs[:4])
+    assert counting.calls == 4
+    both = stored.extract(inputs)  # only the two new rows are computed
+    assert counting.calls == 6
+    np.testing.assert_array_equal(both[:4], first)
+    again = Counting()
+    reopened = FeatureStore(tmp_path).wrap(again)
+    assert len(reopened) == 6
+    np.testing.assert_allclose(reopened.extract(inputs), both, rtol=1e-5)
+    assert again.calls == 0
+    assert stored.extract([]).shape[0] == 0
+    read_only = FeatureStore(tmp_path, read_only=True).wrap(Counting())
+    read_only.extract(_inputs(8))
+    assert len(read_only) == 8 and len(FeatureStore(tmp_path).wrap(Counting())) == 6
+
+
+def test_a_torn_last_line_is_skipped_and_recomputed(tmp_path):
+    inputs = _inputs(3)
+    store = FeatureStore(tmp_path)
+    stored = store.wrap(Counting())
+    stored.extract(inputs)
+    path = store.path_for(stored)
+    text = path.read_text()
+    path.write_text(text[: len(text) - 15])  # a killed writer
+    counting = Counting()
+    reopened = FeatureStore(tmp_path).wrap(counting)
+    assert len(reopened) == 2
+    reopened.extract(inputs)
+    assert counting.calls == 1
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_fill_computes_only_missing_rows(tmp_path, jobs):
+    inputs = _inputs(5)
+    store = FeatureStore(tmp_path)
+    store.wrap(make_extractor("knob")).extract(inputs[:2])
+    seen = []
+    assert fill(store, "knob", inputs, jobs=jobs, chunk=2, on_chunk=seen.append) == 3
+    assert sum(seen) == 3
+    stored = FeatureStore(tmp_path).wrap(make_extractor("knob"))
+    assert all(inp in stored for inp in inputs)
+    np.testing.assert_allclose(stored.extract(inputs), make_extractor("knob").extract(inputs))
+    assert fill(store, "knob", inputs, jobs=jobs) == 0
+
+
+def _write_log(path, inputs):
+    with RecordWriter(path) as w:
+        for i, inp in enumerate(inputs):
+            w.append(inp, MeasureResult(costs=(1e-5 * (i + 1),)))
+
+
+def test_packed_logs_load_like_plain_ones(tmp_path):
+    inputs = _inputs(4)
+    plain = tmp_path / "log.jsonl"
+    _write_log(plain, inputs)
+    packed = pack_records(plain, tmp_path / "log.jsonl.gz")
+    assert packed.stat().st_size < plain.stat().st_size
+    assert load_records(packed) == load_records(plain)
+    with pytest.raises(ValueError, match="uncompressed"):
+        RecordWriter(packed)
+
+
+def test_a_truncated_packed_log_is_reported_not_fatal(tmp_path):
+    plain = tmp_path / "log.jsonl"
+    _write_log(plain, _inputs(6))
+    data = gzip.compress(plain.read_bytes())
+    bad = tmp_path / "bad.jsonl.gz"
+    bad.write_bytes(data[: len(data) // 2])
+    reports = []
+    records = load_records(bad, on_corrupt=lambda n, why: reports.append(why))
+    assert len(records) < 6 and reports and "gzip" in reports[-1]
+
+
+def test_a_packed_dataset_is_collected_through_a_working_log_and_resumes(tmp_path):
+    out = tmp_path / "ds.jsonl.gz"
+    task = Task(Matmul(m=16, n=16, k=16), default_target(2))
+    tasks = [(TaskInfo(task.key, "mm16", "matmul", "tiny"), task)]
+    first = collect_dataset(out, tasks, per_task=4, settings=FAST)
+    assert out.exists() and not working_log(out).exists()
+    assert manifest_path(out).name == "ds.tasks.json"
+    assert features_path(out).name == "ds.features"
+    assert (first[0].random, first[0].guided) == (2, 2)
+    again = collect_dataset(out, tasks, per_task=5, settings=FAST)
+    assert (again[0].before, again[0].random + again[0].guided) == (4, 1)
+    ds = load_dataset(out)
+    assert ds.names == ["mm16"] and ds.get("mm16").n >= 5
