@@ -15,7 +15,7 @@ their rows say ``reduced_search``.
 Plots (PNG, with --out): ``tuning_curves.png`` (best GFLOP/s vs trials per task) and
 ``predicted_vs_measured.png`` (one scatter per task and model, coloured by trial).
 
-    python benchmarks/bench_costmodels.py --dataset data/dataset.jsonl \
+    python benchmarks/bench_costmodels.py --dataset data/cpu.jsonl.gz \
         [--holdout conv2d_C7,conv2d_C12] [--trials 200] [--search sa|ga] [--repeats 1] \
         [--models random,xgb:knob,xgb:knob+itervar,gtuner:itervar:pretrained] [--out DIR]
 
@@ -37,7 +37,7 @@ import numpy as np
 
 from tensortune.cost_model.metrics import pearson
 from tensortune.costmodel_eval import FeatureBank
-from tensortune.dataset import Dataset, TaskData, features_path, load_dataset
+from tensortune.dataset import Dataset, TaskData, features_path, load_dataset, shape_key
 from tensortune.features import EXTRACTORS, make_extractor
 from tensortune.features.store import FeatureStore
 from tensortune.settings import MeasureSettings, SearchSettings, Settings
@@ -85,7 +85,7 @@ def default_specs() -> list[str]:
     specs = ["random", "xgb:knob", "xgb:knob+itervar"]
     if "hardware" in EXTRACTORS:
         specs.append("xgb:knob+itervar+hardware")
-    return specs + ["gtuner:itervar:pretrained"]
+    return specs + ["xgb:itervar:pretrained", "gtuner:itervar:pretrained"]
 
 
 def make_model(spec: CurveSpec, history: list[TaskData], seed: int, bank: FeatureBank):
@@ -234,7 +234,7 @@ def quick_settings(settings: Settings) -> Settings:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--dataset", default="data/dataset.jsonl")
+    ap.add_argument("--dataset", default="data/cpu.jsonl.gz")
     ap.add_argument("--holdout", default="conv2d_C7,conv2d_C12",
                     help="comma-separated task names (or sources) of the dataset to tune")
     ap.add_argument("--trials", type=int, default=200)
@@ -259,7 +259,10 @@ def main(argv=None) -> int:
         held = dataset.select([h.strip() for h in args.holdout.split(",") if h.strip()])
     except KeyError as err:
         ap.error(str(err.args[0]))
-    history = [d for d in dataset if d.name not in held.names]
+    # twins (the same operator and shapes fused differently) would make transfer look easy
+    held_shapes = {shape_key(d.task.workload) for d in held}
+    history = [d for d in dataset
+               if d.name not in held.names and shape_key(d.task.workload) not in held_shapes]
     settings = Settings.from_env()
     settings = quick_settings(settings) if args.quick else settings
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="tt-costmodels-"))

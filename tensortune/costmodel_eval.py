@@ -120,21 +120,34 @@ class Fold:
 def task_folds(dataset: Dataset, holdout: Sequence[str] = (), folds: int = 4,
                seed: int = 0) -> list[Fold]:
     """By-task folds: one fold holding out ``holdout`` (task names or sources), or every task
-    held out once across ``folds`` random groups of tasks."""
+    held out once across ``folds`` random groups of tasks. Twins (tasks of one ``shape_key``:
+    the same operator and shapes fused differently) are never split between train and test."""
+    from .dataset import shape_key
+
     n = len(dataset)
     if n < 2:
         raise ValueError(f"a by-task split needs at least 2 tasks, the dataset has {n}")
+    keys = [shape_key(t.task.workload) for t in dataset]
     if holdout:
         test = tuple(dataset.match(holdout))
-        train = tuple(i for i in range(n) if i not in test)
+        held = {keys[i] for i in test}
+        train = tuple(i for i in range(n) if i not in test and keys[i] not in held)
         if not train:
-            raise ValueError("the holdout covers every task of the dataset: nothing to train on")
+            raise ValueError("the holdout (and its twins) covers every task of the dataset: "
+                             "nothing to train on")
         return [Fold(train, test)]
     if folds < 2:
         raise ValueError(f"folds must be at least 2, got {folds}")
-    order = np.random.default_rng(seed).permutation(n)
-    groups = [sorted(int(i) for i in g) for g in np.array_split(order, min(folds, n))]
-    return [Fold(tuple(i for i in range(n) if i not in g), tuple(g)) for g in groups]
+    groups: dict[tuple, list[int]] = {}
+    for i, key in enumerate(keys):
+        groups.setdefault(key, []).append(i)
+    members = list(groups.values())
+    if len(members) < 2:
+        raise ValueError("every task of the dataset is a twin of every other: no by-task split")
+    bins: list[list[int]] = [[] for _ in range(min(folds, len(members)))]
+    for g in np.random.default_rng(seed).permutation(len(members)):
+        min(bins, key=len).extend(members[g])  # the smallest fold takes the next group
+    return [Fold(tuple(i for i in range(n) if i not in b), tuple(sorted(b))) for b in bins]
 
 
 def record_split(n: int, n_first: int, seed: int) -> tuple[list[int], list[int]]:

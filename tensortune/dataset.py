@@ -7,8 +7,8 @@ configs (an unbiased view of the space) and XGBoost-guided ones (the fast region
 for every task; ``load_dataset`` groups the records by task.
 
     tasks = resolve_tasks(["benchmark", "resnet18"], target)
-    collect_dataset("data/dataset.jsonl", tasks, per_task=128, settings=settings)
-    ds = load_dataset("data/dataset.jsonl")
+    collect_dataset("data/cpu.jsonl.gz", tasks, per_task=48, settings=settings)
+    ds = load_dataset("data/cpu.jsonl.gz")
     for t in ds: print(t.info.name, t.n_ok, t.best_gflops)
 """
 from __future__ import annotations
@@ -60,6 +60,18 @@ def op_kind(workload: Workload) -> str:
     if isinstance(workload, Conv2d) and workload.groups > 1 and workload.groups == workload.c:
         return "depthwise_conv2d"
     return workload.op
+
+
+def shape_key(workload: Workload) -> tuple:
+    """Equal for tasks that compute one operator on the same operand shapes, whatever is fused
+    around it (ResNet-18's conv + add + relu and the bare benchmark conv C7 share a key).
+    Held-out evaluations keep such twins out of training, so transfer is to unseen shapes."""
+    try:
+        shapes = workload.input_shapes[:2]
+    except Exception:  # a function TVM cannot parse: only its kind
+        shapes = []
+    # sorted dims: a transposed weight (dense vs. matmul layouts) is the same operand
+    return (op_kind(workload), tuple(tuple(sorted(int(d) for d in s)) for s in shapes))
 
 
 def default_name(workload: Workload) -> str:
@@ -397,6 +409,6 @@ def collect_dataset(out: str | os.PathLike, tasks: Sequence[tuple[TaskInfo, Task
 
 
 __all__ = ["Dataset", "TaskData", "TaskInfo", "CollectedTask", "benchmark_workloads", "op_kind",
-           "default_name", "resolve_tasks", "collect_dataset", "load_dataset", "manifest_path",
+           "default_name", "shape_key", "resolve_tasks", "collect_dataset", "load_dataset", "manifest_path",
            "features_path", "working_log",
            "read_manifest", "write_manifest", "MODEL_OPS"]

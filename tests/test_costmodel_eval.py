@@ -131,6 +131,38 @@ def test_held_out_tasks_never_appear_in_training(dataset):
         task_folds(dataset, holdout=["synthetic"])  # a source: all four tasks
 
 
+def test_twins_of_a_held_out_task_stay_out_of_training(tmp_path):
+    """The same convolution under two targets is one shape: never on both sides of a split."""
+    from tensortune.dataset import shape_key
+
+    base = load_dataset(_twin_dataset(tmp_path))
+    names = base.names
+    assert shape_key(base.get("conv").task.workload) == shape_key(base.get("conv2").task.workload)
+    (fold,) = task_folds(base, holdout=["conv"])
+    assert "conv2" not in [names[i] for i in fold.train]
+    for seed in range(4):
+        for f in task_folds(base, folds=2, seed=seed):
+            test = {names[i] for i in f.test}
+            assert ("conv" in test) == ("conv2" in test)
+
+
+def _twin_dataset(tmp_path):
+    path = tmp_path / "twins.jsonl"
+    rng = np.random.default_rng(0)
+    infos = []
+    with RecordWriter(path) as writer:
+        for name, workload, target in (
+                ("conv", WORKLOADS["conv"], TARGET),
+                ("conv2", WORKLOADS["conv"], {**TARGET, "mcpu": "skylake-avx512"}),
+                ("mm_a", WORKLOADS["mm_a"], TARGET), ("dense", WORKLOADS["dense"], TARGET)):
+            task = Task(workload, target)
+            infos.append(TaskInfo(task.key, name, op_kind(workload), "synthetic"))
+            for cfg in task_space(task).sample_many(4, rng):
+                writer.append(MeasureInput(task, cfg), MeasureResult((1e-5,)))
+    write_manifest(path, infos)
+    return path
+
+
 def test_knob_features_are_space_specific():
     assert space_specific("knob") and space_specific("knob+itervar")
     assert not space_specific("itervar") and not space_specific("curve+itervar")
