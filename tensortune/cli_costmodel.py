@@ -69,8 +69,9 @@ def collect(
                                  "file count)"),
     out: Path = typer.Option(Path("data/cpu.jsonl.gz"), help="records file (appended, resumed; "
                              "a .gz one is collected uncompressed and packed at the end)"),
-    adopt: Optional[Path] = typer.Option(None, help="a records log of this machine (e.g. a "
-                                         "model's tuning) whose records of these tasks to copy in"),
+    adopt: Optional[list[Path]] = typer.Option(None, help="records logs of this machine (e.g. "
+                                               "a model's tuning) whose records of these tasks "
+                                               "to copy in; repeatable"),
     random_fraction: float = typer.Option(0.5, help="share of random configs; the rest are "
                                           "XGBoost-guided"),
     features: str = typer.Option("knob", help="features of the guiding XGBoost model"),
@@ -91,12 +92,12 @@ def collect(
     except (KeyError, ValueError) as err:
         _fail(str(err.args[0]) if isinstance(err, KeyError) else str(err))
     adopted = []
-    if adopt is not None:
+    for path in adopt or []:
         from .records import load_records
 
-        if not adopt.exists():
-            _fail(f"no such records log: {adopt}")
-        adopted = load_records(adopt)
+        if not path.exists():
+            _fail(f"no such records log: {path}")
+        adopted += load_records(path)
     console.print(f"{len(resolved)} tasks, {per_task} configs each, into {out}")
     columns = [TextColumn("{task.description:<48}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn()]
