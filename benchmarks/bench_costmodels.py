@@ -8,6 +8,8 @@ after 25%, 50% and 100% of the trials, the trials needed to reach 95% of the bes
 performance (the best of the dataset and of every run), the tuning time, and the Pearson
 correlation of the model's predictions with the measured throughput of the configs it chose
 (predicted just before each was measured, as XFEATUR's figure 1). Then one JSON line.
+Pretrained models learn from the dataset's other tasks minus the held-out tasks' twins (the
+same operator and shapes fused differently), and read costly rows from its feature store.
 Models on hardware features compile every candidate they score (about 0.5 s each), so they
 search with a smaller budget (``COSTLY_SEARCH``, at most 16 x 10 annealing moves per batch);
 their rows say ``reduced_search``.
