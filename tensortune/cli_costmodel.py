@@ -151,6 +151,7 @@ def features_cmd(
     """Precompute costly feature rows (hardware compiles every config) into the dataset's
     feature store, which ``costmodel eval|compare`` and the benchmarks read."""
     from .dataset import features_path
+    from .features import make_extractor
     from .features.store import COSTLY, FeatureStore, fill
 
     names = _names(features)
@@ -165,15 +166,10 @@ def features_cmd(
                    TimeElapsedColumn()]
         with Progress(*columns, console=console) as progress:
             bar = progress.add_task(name, total=len(inputs))
-            progress.advance(bar, sum(inp in store.wrap(_extractor(name)) for inp in inputs))
+            stored = store.wrap(make_extractor(name))  # one wrapper: rows already on disk
+            progress.advance(bar, sum(inp in stored for inp in inputs))
             done = fill(store, name, inputs, jobs, on_chunk=lambda n: progress.advance(bar, n))
         console.print(f"{name}: computed {done} rows into {store.directory}")
-
-
-def _extractor(name: str):
-    from .features import make_extractor
-
-    return make_extractor(name)
 
 
 def _bank(dataset: Path, use_store: bool):

@@ -212,20 +212,19 @@ def load_records(path: str | os.PathLike,
 def pack_records(src: str | os.PathLike, dst: str | os.PathLike) -> Path:
     """Write ``src`` gzip-compressed to ``dst`` (atomically: a reader never sees half a file).
     Records of model tasks repeat their TVMScript on every line, so this shrinks them ~50x."""
-    dst = Path(dst)
-    tmp = dst.with_name(dst.name + ".tmp")
-    with open(src, "rb") as fin, gzip.open(tmp, "wb", compresslevel=9) as fout:
-        while chunk := fin.read(1 << 20):
-            fout.write(chunk)
-    os.replace(tmp, dst)
-    return dst
+    return _rewrite(open(src, "rb"), dst, lambda tmp: gzip.open(tmp, "wb", compresslevel=9))
 
 
 def unpack_records(src: str | os.PathLike, dst: str | os.PathLike) -> Path:
     """Decompress the packed log ``src`` into ``dst`` (atomically), to append to it."""
+    return _rewrite(gzip.open(src, "rb"), dst, lambda tmp: open(tmp, "wb"))
+
+
+def _rewrite(fin, dst: str | os.PathLike, open_out) -> Path:
+    """Copy the open stream ``fin`` into ``open_out(tmp)``, then move tmp over ``dst``."""
     dst = Path(dst)
     tmp = dst.with_name(dst.name + ".tmp")
-    with gzip.open(src, "rb") as fin, open(tmp, "wb") as fout:
+    with fin, open_out(tmp) as fout:
         while chunk := fin.read(1 << 20):
             fout.write(chunk)
     os.replace(tmp, dst)
