@@ -147,6 +147,8 @@ def features_cmd(
     dataset: Path = typer.Argument(..., help="dataset records file"),
     features: str = typer.Option("hardware", help="comma-separated costly extractors to store"),
     jobs: int = typer.Option(2, help="processes extracting in parallel"),
+    timeout_s: float = typer.Option(30.0, "--timeout-s",
+                                    help="seconds per row; a config that overruns gets an invalid row"),
 ):
     """Precompute costly feature rows (hardware compiles every config) into the dataset's
     feature store, which ``costmodel eval|compare`` and the benchmarks read."""
@@ -166,9 +168,10 @@ def features_cmd(
                    TimeElapsedColumn()]
         with Progress(*columns, console=console) as progress:
             bar = progress.add_task(name, total=len(inputs))
-            stored = store.wrap(make_extractor(name))  # one wrapper: rows already on disk
+            stored = store.wrap(make_extractor(name))  # one wrapper, no workers: counts rows on disk
             progress.advance(bar, sum(inp in stored for inp in inputs))
-            done = fill(store, name, inputs, jobs, on_chunk=lambda n: progress.advance(bar, n))
+            done = fill(store, name, inputs, jobs, on_chunk=lambda n: progress.advance(bar, n),
+                        timeout_s=timeout_s)
         console.print(f"{name}: computed {done} rows into {store.directory}")
 
 

@@ -94,6 +94,17 @@ def test_fill_computes_only_missing_rows(tmp_path, jobs):
     assert fill(store, "knob", inputs, jobs=jobs) == 0
 
 
+def test_fill_compiles_hardware_rows_in_workers(tmp_path):
+    inputs = _inputs(4)
+    store = FeatureStore(tmp_path)
+    assert fill(store, "hardware", inputs, jobs=2, chunk=3) == 4
+    stored = FeatureStore(tmp_path).wrap(make_extractor("hardware"))
+    assert all(inp in stored for inp in inputs)
+    in_process = make_extractor("hardware")
+    in_process.workers = 0
+    np.testing.assert_allclose(stored.extract(inputs), in_process.extract(inputs), rtol=1e-5)
+
+
 def _write_log(path, inputs):
     with RecordWriter(path) as w:
         for i, inp in enumerate(inputs):

@@ -268,6 +268,23 @@ def test_cpu_extractor_rows_have_one_width_and_flag_invalid_configs():
 
 
 # -- PTX and ptxas --------------------------------------------------------------------------------
+def test_rows_computed_in_workers_match_and_an_overrun_gives_an_invalid_row():
+    inputs = [MeasureInput(CPU_MATMUL, c) for c in (CPU_VECTORIZED, task_space(CPU_MATMUL).get(7))]
+    isolated = HardwareCPUFeatures(workers=1, timeout_s=60)
+    try:
+        np.testing.assert_array_equal(isolated.extract(inputs),
+                                      HardwareCPUFeatures(workers=0).extract(inputs))
+    finally:
+        isolated.close()
+    hasty = HardwareCPUFeatures(workers=1, timeout_s=0.001)  # no compile finishes this fast
+    try:
+        rows = hasty.extract(inputs[:1])
+    finally:
+        hasty.close()
+    row = named(rows[0], hardware_cpu.FEATURE_NAMES)
+    assert row["invalid"] == 1 and row["log_dynamic_instructions"] == 0
+
+
 def test_ptxas_report_per_kernel():
     info = ptx.parse_ptxas(PTXAS)
     assert info["main_kernel"] == ptx.PtxasInfo(registers=43, stack_frame=8, spill_stores=8,

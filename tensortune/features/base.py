@@ -9,6 +9,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from ..measure.pool import JobFailure
 from ..measure.types import MeasureInput
 
 
@@ -33,13 +34,33 @@ class CachedExtractor(abc.ABC):
 
     name = ""
 
-    def __init__(self, cache_size: int = 50_000):
+    def __init__(self, cache_size: int = 50_000, workers: int = 0, timeout_s: float = 30.0):
         self.cache_size = cache_size
+        # workers > 0: rows are computed in that many processes, each within timeout_s (for
+        # extractors that compile, since a compile cannot be interrupted in-process)
+        self.workers, self.timeout_s = workers, timeout_s
+        self._isolated = None  # started on the first row not cached
         self._rows: OrderedDict[tuple, np.ndarray] = OrderedDict()
         self._spaces: OrderedDict[str, object] = OrderedDict()
 
     def extract(self, inputs: Sequence[MeasureInput]) -> np.ndarray:
-        rows = [self._row(inp) for inp in inputs]
+        fresh: dict[tuple, np.ndarray] = {}
+        todo = {}
+        for inp in inputs:
+            key = (inp.task.key, inp.config)
+            if key in self._rows:
+                self._rows.move_to_end(key)
+                fresh[key] = self._rows[key]
+            else:
+                todo.setdefault(key, inp)
+        if todo:
+            for key, row in zip(todo, self._compute_many(list(todo.values()))):
+                row = np.asarray(row, dtype=np.float32)
+                row.setflags(write=False)
+                fresh[key] = self._rows[key] = row
+            while len(self._rows) > self.cache_size:
+                self._rows.popitem(last=False)
+        rows = [fresh[(inp.task.key, inp.config)] for inp in inputs]
         if not rows:
             return np.zeros((0, self.empty_dim()), dtype=np.float32)
         dims = {r.shape[0] for r in rows}
@@ -52,18 +73,36 @@ class CachedExtractor(abc.ABC):
         """The row width reported for an empty batch: ``dim`` when fixed, else 0 (task-dependent)."""
         return int(getattr(self, "dim", 0))
 
-    def _row(self, inp: MeasureInput) -> np.ndarray:
-        key = (inp.task.key, inp.config)
-        row = self._rows.get(key)
-        if row is not None:
-            self._rows.move_to_end(key)
-            return row
-        row = np.asarray(self._compute(inp), dtype=np.float32)
-        row.setflags(write=False)
-        self._rows[key] = row
-        if len(self._rows) > self.cache_size:
-            self._rows.popitem(last=False)
-        return row
+    def _compute_many(self, inputs: Sequence[MeasureInput]) -> list[np.ndarray]:
+        """Rows of inputs not cached yet, in worker processes when ``workers`` > 0."""
+        if self.workers <= 0:
+            return [self._compute(inp) for inp in inputs]
+        if self._isolated is None:
+            from .isolate import IsolatedRows
+
+            self._isolated = IsolatedRows(type(self), self._worker_kwargs(), self.workers,
+                                          self.timeout_s)
+        return [self._failed_row() if isinstance(r, JobFailure) else r
+                for r in self._isolated.compute(inputs)]
+
+    def _worker_kwargs(self) -> dict:
+        """Constructor arguments of the in-process twin a worker computes rows with."""
+        return {"workers": 0}
+
+    def _failed_row(self) -> np.ndarray:
+        """The row of a candidate whose computation overran ``timeout_s`` or crashed."""
+        raise NotImplementedError(f"{self.name} cannot compute rows in worker processes")
+
+    def close(self) -> None:
+        """Stop the worker processes, if any (they restart if more rows are needed)."""
+        if self._isolated is not None:
+            self._isolated.close()
+            self._isolated = None
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_isolated"] = None  # worker processes stay with their owner
+        return state
 
     @abc.abstractmethod
     def _compute(self, inp: MeasureInput) -> np.ndarray:
@@ -103,3 +142,7 @@ class ConcatFeatures:
 
     def extract(self, inputs: Sequence[MeasureInput]) -> np.ndarray:
         return np.concatenate([p.extract(inputs) for p in self.parts], axis=1).astype(np.float32)
+
+    def close(self) -> None:
+        for p in self.parts:
+            getattr(p, "close", lambda: None)()

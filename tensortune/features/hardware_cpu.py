@@ -179,19 +179,23 @@ def module_ir_loops(lowered) -> list[IRLoop]:
 class HardwareCPUFeatures(CachedExtractor):
     """XFEATUR/Tuna-style hardware features of CPU candidates, one fixed-width row each.
 
-    Each row costs a compilation (tens to hundreds of milliseconds), so rows are cached per
-    (task key, config). Invalid configs and failed compilations give a zero row with
-    ``invalid`` = 1.
+    Each row costs a compilation (tens of milliseconds to a minute for a huge unrolled kernel),
+    so rows are cached per (task key, config) and computed in ``workers`` processes with
+    ``timeout_s`` each (``workers=0``: in this process, no limit). Invalid configs, failed
+    compilations and overruns give a zero row with ``invalid`` = 1.
     """
 
     name = "hardware"
 
-    def __init__(self, cache_size: int = 50_000):
-        super().__init__(cache_size)
+    def __init__(self, cache_size: int = 50_000, workers: int = 1, timeout_s: float = 30.0):
+        super().__init__(cache_size, workers, timeout_s)
 
     @property
     def dim(self) -> int:
         return len(FEATURE_NAMES)
+
+    def _failed_row(self) -> np.ndarray:
+        return invalid_row()
 
     def _compute(self, inp: MeasureInput) -> np.ndarray:
         import tvm

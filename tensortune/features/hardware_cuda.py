@@ -180,9 +180,18 @@ class HardwareCUDAFeatures(CachedExtractor):
     name = "hardware_cuda"
 
     def __init__(self, nvcc: str = "/usr/local/bin/nvcc", arch: str = "sm_90",
-                 spec: GPUSpec = GPUSpec(), timeout_s: float = 120.0, cache_size: int = 50_000):
-        super().__init__(cache_size)
-        self.nvcc, self.arch, self.spec, self.timeout_s = nvcc, arch, spec, timeout_s
+                 spec: GPUSpec = GPUSpec(), timeout_s: float = 120.0, cache_size: int = 50_000,
+                 workers: int = 1):
+        # timeout_s bounds each nvcc run and, with workers > 0, each whole row
+        super().__init__(cache_size, workers, timeout_s)
+        self.nvcc, self.arch, self.spec = nvcc, arch, spec
+
+    def _worker_kwargs(self) -> dict:
+        return {"nvcc": self.nvcc, "arch": self.arch, "spec": self.spec,
+                "timeout_s": self.timeout_s, "workers": 0}
+
+    def _failed_row(self) -> np.ndarray:
+        return flagged_row("nvcc_failed")
 
     @property
     def dim(self) -> int:

@@ -8,14 +8,14 @@ served for a candidate it was not computed for. A torn last line (a killed run) 
 
     store = FeatureStore("data/cpu.features")
     hw = store.wrap(make_extractor("hardware"))
-    fill(store, "hardware", inputs, jobs=2)   # precompute in parallel processes
+    fill(store, "hardware", inputs, jobs=2)   # precompute in worker processes
     X = hw.extract(inputs)                    # served from disk
 """
 from __future__ import annotations
 
+import inspect
 import json
 import logging
-import multiprocessing
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -82,6 +82,9 @@ class StoredExtractor:
                 f.flush()
                 os.fsync(f.fileno())
 
+    def close(self) -> None:
+        getattr(self.inner, "close", lambda: None)()
+
     def extract(self, inputs: Sequence[MeasureInput]) -> np.ndarray:
         keys = [(inp.task.key, _config_key(inp.config)) for inp in inputs]
         missing = [i for i, k in enumerate(keys) if k not in self._rows]
@@ -113,41 +116,37 @@ class FeatureStore:
         return stored
 
 
-def _extract_chunk(args):
-    name, inputs = args
-    from . import make_extractor
-
-    return make_extractor(name).extract(inputs)
-
-
 def fill(store: FeatureStore, name: str, inputs: Sequence[MeasureInput], jobs: int = 1,
-         chunk: int = 16, on_chunk: Callable[[int], None] | None = None) -> int:
-    """Compute the rows of ``name`` the store lacks for ``inputs``, ``jobs`` processes at a time,
-    appending each chunk (inputs of one task) as it completes. Returns the rows computed;
-    ``on_chunk(n)`` is told each chunk's size."""
-    from . import make_extractor
+         chunk: int = 16, on_chunk: Callable[[int], None] | None = None,
+         timeout_s: float | None = None) -> int:
+    """Compute the rows of ``name`` the store lacks for ``inputs``; an extractor that compiles
+    does it in ``jobs`` worker processes, each row within ``timeout_s`` (its default if None),
+    appending each chunk
+    (inputs of one task) as it completes. Returns the rows computed; ``on_chunk(n)`` is told
+    each chunk's size."""
+    from . import EXTRACTORS
 
-    stored = store.wrap(make_extractor(name))
+    if name not in EXTRACTORS:
+        raise ValueError(f"unknown feature extractor {name!r}; known: {', '.join(EXTRACTORS)}")
+    cls = EXTRACTORS[name]
+    # only extractors that compile take workers; the others are cheap enough in-process
+    accepted = inspect.signature(cls).parameters
+    options = {k: v for k, v in (("workers", max(1, jobs)), ("timeout_s", timeout_s))
+               if k in accepted and v is not None}
+    extractor = cls(**options)
+    stored = store.wrap(extractor)  # an earlier wrapper of the store may hold another instance
     by_task: dict[str, list[MeasureInput]] = {}
     for inp in inputs:
         if inp not in stored:
             by_task.setdefault(inp.task.key, []).append(inp)
     chunks = [todo[i:i + chunk] for todo in by_task.values() for i in range(0, len(todo), chunk)]
-    if not chunks:
-        return 0
-    def drain(results) -> None:
-        for c, rows in zip(chunks, results):
-            stored.add(c, rows)
+    try:
+        for c in chunks:
+            stored.add(c, extractor.extract(c))
             if on_chunk is not None:
                 on_chunk(len(c))
-
-    work = [(name, c) for c in chunks]
-    if jobs <= 1:
-        drain(map(_extract_chunk, work))
-    else:
-        # spawn: a forked TVM runtime is not safe to use in the child
-        with multiprocessing.get_context("spawn").Pool(jobs) as pool:
-            drain(pool.imap(_extract_chunk, work))
+    finally:
+        extractor.close()
     return sum(len(c) for c in chunks)
 
 

@@ -79,3 +79,5 @@ def tune_task(task: Task, trials: int, tuner: str = "xgb", log: str | Path | Non
         runner.close()
         if writer:
             writer.close()
+        # extractors that compile (hardware) hold worker processes; they restart if reused
+        getattr(getattr(loop.model, "extractor", None), "close", lambda: None)()

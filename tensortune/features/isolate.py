@@ -1,0 +1,64 @@
+"""Feature rows computed in worker processes under a time limit.
+
+Costly extractors compile each candidate in-process, and a compile cannot be interrupted: one
+huge unrolled kernel can hold a tuning loop or a dataset fill for minutes. ``IsolatedRows`` runs
+an extractor's ``_compute`` in the measure package's ``WorkerPool`` instead, so a row that
+overruns ``timeout_s`` (or crashes its worker) comes back as a failure the extractor turns into
+a flagged row, and the work goes on. Workers start on first use.
+"""
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..measure.builder import task_job
+from ..measure.pool import JobFailure, WorkerPool
+from ..measure.types import MeasureInput
+
+
+def _load_heavy_modules() -> None:
+    import tvm  # noqa: F401
+
+    from .. import space, workload  # noqa: F401
+
+
+@functools.lru_cache(maxsize=8)
+def _local_extractor(cls, kwargs: tuple):
+    # One in-process instance per worker and extractor setup, so its space cache serves every
+    # job of the same task (defining a space runs the template).
+    return cls(**dict(kwargs))
+
+
+def _row_job(job) -> np.ndarray:
+    """Worker side: the row of one candidate, computed by an in-process extractor."""
+    from ..space import Config
+    from ..workload import Task, workload_from_dict
+
+    cls, kwargs, t, config = job
+    task = Task(workload_from_dict(t["workload"]), t["target"], t["template"])
+    return _local_extractor(cls, kwargs)._compute(MeasureInput(task, Config.from_json(config)))
+
+
+class IsolatedRows:
+    """Computes ``cls(**kwargs)._compute`` rows in ``workers`` processes, ``timeout_s`` each.
+
+    ``kwargs`` must make ``cls`` compute in-process (e.g. ``workers=0``).
+    """
+
+    def __init__(self, cls, kwargs: dict, workers: int, timeout_s: float):
+        self.cls, self.kwargs = cls, tuple(sorted(kwargs.items()))
+        self.timeout_s = timeout_s
+        self._pool = WorkerPool(workers, initializer=_load_heavy_modules)
+
+    def compute(self, inputs: Sequence[MeasureInput]) -> list[np.ndarray | JobFailure]:
+        """One row or ``JobFailure`` (timeout, crash, error) per input, in order."""
+        jobs = [(self.cls, self.kwargs, task_job(i.task), i.config.to_json()) for i in inputs]
+        return self._pool.map(_row_job, jobs, self.timeout_s)
+
+    def close(self) -> None:
+        self._pool.close()
+
+
+__all__ = ["IsolatedRows"]
