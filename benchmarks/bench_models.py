@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from tensortune.measure import use_threads
+from tensortune.peers import metaschedule_builder
 from tensortune.settings import Settings
 from tensortune.session import Session
 
@@ -46,7 +47,8 @@ def metaschedule_model(session: Session, trials: int, work_dir: Path):
     n_tasks = len(ms.relax_integration.extract_tasks(fused, target))
     per_iter = max(8, min(64, trials // (2 * max(1, n_tasks))))
     db = ms.relax_integration.tune_relax(fused, params={}, target=target, work_dir=str(work_dir),
-                                         max_trials_global=trials, num_trials_per_iter=per_iter)
+                                         max_trials_global=trials, num_trials_per_iter=per_iter,
+                                         builder=metaschedule_builder())
     tune_s = time.perf_counter() - start
     ex = ms.relax_integration.compile_relax(db, prepare(session.model.mod), target, params=None)
     m = session.model

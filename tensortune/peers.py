@@ -160,6 +160,23 @@ def _quiet_metaschedule() -> None:
     logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
 
 
+def _warm_builder_worker() -> None:
+    import tvm.s_tir.tensor_intrin  # noqa: F401
+
+
+def metaschedule_builder():
+    """MetaSchedule's ``LocalBuilder`` with its workers warmed up before their first build.
+
+    Its build function imports ``tvm.s_tir.tensor_intrin``, which parses every tensor intrinsic
+    (20-40 s of CPU on a busy 2-core machine). The popen workers count that against the first
+    build's 30 s timeout; once one overruns, every replacement worker overruns too and every
+    candidate fails to build. An initializer runs outside the timeout.
+    """
+    from tvm.s_tir import meta_schedule as ms
+
+    return ms.builder.LocalBuilder(initializer=_warm_builder_worker)
+
+
 def metaschedule_tune(workload: Workload, target: dict, trials: int, work_dir: str | os.PathLike,
                       seed: int | None = None, repeat: int = 10,
                       min_repeat_ms: int = 200) -> tuple[float, float]:
@@ -177,7 +194,8 @@ def metaschedule_tune(workload: Workload, target: dict, trials: int, work_dir: s
     _quiet_metaschedule()
     t0 = time.perf_counter()
     db = ms.tune_tir(mod=func, target=tgt, work_dir=str(work_dir), max_trials_global=trials,
-                     num_trials_per_iter=min(64, trials), seed=seed)
+                     num_trials_per_iter=min(64, trials), seed=seed,
+                     builder=metaschedule_builder())
     tune_wall = time.perf_counter() - t0
     sch = ms.tir_integration.compile_tir(db, func, tgt)
     if sch is None:
