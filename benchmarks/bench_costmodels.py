@@ -9,7 +9,8 @@ performance (the best of the dataset and of every run), the tuning time, and the
 correlation of the model's predictions with the measured throughput of the configs it chose
 (predicted just before each was measured, as XFEATUR's figure 1). Then one JSON line.
 Pretrained models learn from the dataset's other tasks minus the held-out tasks' twins (the
-same operator and shapes fused differently), and read costly rows from its feature store.
+same operator and shapes fused differently); on costly features, from those of them whose rows
+the dataset's feature store holds (the count is printed).
 Models on hardware features compile every candidate they score (about 0.5 s each), so they
 search with a smaller budget (``COSTLY_SEARCH``, at most 16 x 10 annealing moves per batch);
 their rows say ``reduced_search``.
@@ -104,6 +105,8 @@ def make_model(spec: CurveSpec, history: list[TaskData], seed: int, bank: Featur
 
         model = GTunerModel(bank.get(spec.features), seed=seed)
     if spec.pretrained:
+        # computing costly rows for thousands of history records would dwarf the run itself
+        history = [d for d in history if bank.stored(spec.features, d)]
         model.pretrain([i for d in history for i in d.inputs],
                        [r for d in history for r in d.results])
     return model
@@ -278,6 +281,9 @@ def main(argv=None) -> int:
 
     # the dataset's stored rows only: the held-out runs' new candidates are not written back
     bank = FeatureBank(FeatureStore(features_path(args.dataset), read_only=True))
+    for features in sorted({s.features for s in specs if s.pretrained and s.costly}):
+        print(f"pretraining on {features}: {sum(bank.stored(features, d) for d in history)} of "
+              f"{len(history)} history tasks have stored rows", flush=True)
     raw: dict[str, dict] = {}
     for data in held:
         raw[data.name] = {s.label: (s, tune_runs(data, s, history, args, settings, workdir, bank))

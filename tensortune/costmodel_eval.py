@@ -94,6 +94,18 @@ class FeatureBank:
         parts = [self._parts[n] for n in names]
         return parts[0] if len(parts) == 1 else ConcatFeatures(parts)
 
+    def stored(self, features: str, data: TaskData) -> bool:
+        """True when every costly row of ``features`` for ``data`` is in the store already
+        (always True for cheap feature sets)."""
+        from .features.store import COSTLY, StoredExtractor
+
+        costly = [n for n in features.split("+") if n.strip() in COSTLY]
+        for name in costly:
+            part = self.get(name.strip())
+            if not isinstance(part, StoredExtractor) or not all(i in part for i in data.inputs):
+                return False
+        return True
+
     def width(self, features: str, data: TaskData) -> int:
         """The row width of ``features`` on ``data``'s task."""
         key = (features, data.task.key)

@@ -105,6 +105,24 @@ def test_fill_compiles_hardware_rows_in_workers(tmp_path):
     np.testing.assert_allclose(stored.extract(inputs), in_process.extract(inputs), rtol=1e-5)
 
 
+def test_a_feature_bank_tells_whether_costly_rows_are_stored(tmp_path):
+    from tensortune.costmodel_eval import FeatureBank
+    from tensortune.dataset import TaskData
+
+    inputs = _inputs(3)
+    info = TaskInfo(inputs[0].task.key, "mm", "matmul", "records")
+    data = TaskData(info, inputs[0].task, tuple(inputs),
+                    tuple(MeasureResult(costs=(1e-5,)) for _ in inputs))
+    store = FeatureStore(tmp_path)
+    fill(store, "hardware", inputs[:2])
+    bank = FeatureBank(FeatureStore(tmp_path, read_only=True))
+    assert bank.stored("knob+itervar", data)  # nothing costly to store
+    assert not bank.stored("itervar+hardware", data)
+    fill(store, "hardware", inputs[2:])
+    assert FeatureBank(FeatureStore(tmp_path, read_only=True)).stored("itervar+hardware", data)
+    assert not FeatureBank().stored("hardware", data)  # no store at all
+
+
 def _write_log(path, inputs):
     with RecordWriter(path) as w:
         for i, inp in enumerate(inputs):
