@@ -21,8 +21,8 @@ fine-tunes them for ``finetune_epochs`` at the lower ``finetune_lr`` (so a few n
 adjust the pretrained model rather than overwrite it): transfer learning is pretrain then fit.
 Epochs are cut so that one training call makes at most ``sample_budget`` sample passes, which
 keeps pretraining on a few thousand samples under a minute (on this project's dataset, held-out
-top-10 ratios rose with the budget up to about 50 epochs of it). Training and inference use one torch thread, so the
-other core stays free for measurements. PyTorch is the ``bench`` extra; without it the model
+top-10 ratios rose with the budget up to about 50 epochs of it). Training and inference use one
+torch thread, so the other core stays free for measurements. PyTorch is the ``bench`` extra; without it the model
 raises when first used.
 """
 from __future__ import annotations
