@@ -11,9 +11,10 @@ correlation of the model's predictions with the measured throughput of the confi
 Pretrained models learn from the dataset's other tasks minus the held-out tasks' twins (the
 same operator and shapes fused differently); on costly features, from those of them whose rows
 the dataset's feature store holds (the count is printed).
-Models on hardware features compile every candidate they score (about 0.5 s each), so they
-search with a smaller budget (``COSTLY_SEARCH``, at most 16 x 10 annealing moves per batch);
-their rows say ``reduced_search``.
+Models on hardware features compile every candidate they score (about 0.3 s each), so they
+are searched through a prescreen (``cost_model.Prescreened``): annealing walks on XGBoost over
+``itervar`` (pretrained like the model), and the model picks each batch from the 4 x batch best
+configs found; their rows say ``prescreened``.
 
 Plots (PNG, with --out): ``tuning_curves.png`` (best GFLOP/s vs trials per task) and
 ``predicted_vs_measured.png`` (one scatter per task and model, coloured by trial).
@@ -49,8 +50,7 @@ from tensortune.tuner import tune_task
 REACH = 0.95  # "reached": within this fraction of the best known throughput
 # extractors that compile every candidate: a full annealing run scores thousands per batch
 COSTLY_FEATURES = ("hardware",)
-COSTLY_SEARCH = dict(sa_chains=16, sa_steps=10, sa_restarts=0, ga_population=32, ga_generations=4,
-                     ga_elite=8)
+PRESCREEN = "itervar"  # what the search walks on for models over costly features
 
 
 @dataclass(frozen=True)
@@ -88,28 +88,34 @@ def default_specs() -> list[str]:
     specs = ["random", "xgb:knob", "xgb:knob+itervar"]
     if "hardware" in EXTRACTORS:
         specs.append("xgb:knob+itervar+hardware")
-    return specs + ["xgb:itervar:pretrained", "gtuner:itervar:pretrained"]
+    specs += ["xgb:itervar:pretrained", "gtuner:itervar:pretrained"]
+    if "hardware" in EXTRACTORS:
+        specs.append("gtuner:itervar+hardware:pretrained")
+    return specs
 
 
 def make_model(spec: CurveSpec, history: list[TaskData], seed: int, bank: FeatureBank):
     """A fresh cost model for ``spec``, pretrained on ``history`` when the spec says so.
     ``bank`` serves the history's costly feature rows from the dataset's feature store."""
+    from tensortune.cost_model import GTunerModel, Prescreened, XGBoostModel
+
     if spec.tuner == "random":
         return None
     if spec.tuner == "xgb":
-        from tensortune.cost_model import XGBoostModel
-
         model = XGBoostModel(bank.get(spec.features), seed=seed)
     else:
-        from tensortune.cost_model import GTunerModel
-
         model = GTunerModel(bank.get(spec.features), seed=seed)
     if spec.pretrained:
         # computing costly rows for thousands of history records would dwarf the run itself
-        history = [d for d in history if bank.stored(spec.features, d)]
-        model.pretrain([i for d in history for i in d.inputs],
+        own = [d for d in history if bank.stored(spec.features, d)]
+        model.pretrain([i for d in own for i in d.inputs], [r for d in own for r in d.results])
+    if not spec.costly:
+        return model
+    cheap = XGBoostModel(bank.get(PRESCREEN), seed=seed)
+    if spec.pretrained:
+        cheap.pretrain([i for d in history for i in d.inputs],
                        [r for d in history for r in d.results])
-    return model
+    return Prescreened(cheap, model)
 
 
 def best_so_far(curve: list[tuple[int, float]], trials: int) -> np.ndarray:
@@ -131,10 +137,6 @@ def tune_runs(data: TaskData, spec: CurveSpec, history: list[TaskData], args, se
               workdir: Path, bank: FeatureBank) -> list[dict]:
     """``args.repeats`` tuning runs of one task with one model."""
     runs = []
-    if spec.costly:
-        smaller = {k: min(v, getattr(settings.search, k)) for k, v in COSTLY_SEARCH.items()}
-        settings = dataclasses.replace(settings,
-                                       search=dataclasses.replace(settings.search, **smaller))
     for r in range(args.repeats):
         seed = args.seed + r
         model = make_model(spec, history, seed, bank)
@@ -166,7 +168,7 @@ def summarize(data: TaskData, spec: CurveSpec, runs: list[dict], best_known: flo
                if len(points) >= 3 else None)
     at = {f"best_us_at_{q}": _us(mean_best[max(0, math.ceil(trials * q / 100) - 1)])
           for q in (25, 50, 100)}
-    return {"model": spec.label, "reduced_search": spec.costly, **at,
+    return {"model": spec.label, "prescreened": spec.costly, **at,
             "gflops": (round(data.flops / mean_best[-1] / 1e9, 2)
                        if np.isfinite(mean_best[-1]) else 0.0),
             "trials_to_95": _median_or_none(reached),
@@ -273,8 +275,9 @@ def main(argv=None) -> int:
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="tt-costmodels-"))
     workdir.mkdir(parents=True, exist_ok=True)
     if any(s.costly for s in specs):
-        print(f"note: models on {', '.join(COSTLY_FEATURES)} features search with a reduced "
-              f"budget ({COSTLY_SEARCH}): each candidate they score is compiled", flush=True)
+        print(f"note: models on {', '.join(COSTLY_FEATURES)} features compile each candidate they "
+              f"score: the search walks on XGBoost over {PRESCREEN} and they pick each batch from "
+              "its shortlist", flush=True)
     print(f"{len(held)} held-out task(s), {len(history)} history task(s) "
           f"({sum(d.n for d in history)} records); {args.trials} trials, search {args.search}; "
           f"logs in {workdir}", flush=True)

@@ -81,6 +81,9 @@ def tune_op(
     tuner: str = typer.Option("xgb", help="xgb | gtuner | random | grid"),
     features: str = typer.Option("knob", help="cost-model features, e.g. knob or knob+itervar"),
     search: str = typer.Option("sa", help="model-guided search: sa (annealing) | ga (genetic)"),
+    prescreen: Optional[str] = typer.Option(
+        None, help="search on XGBoost over these cheap features (e.g. itervar) and let the model "
+                   "pick from its shortlist: for features that compile every candidate (hardware)"),
     log: Optional[Path] = typer.Option(None, help="JSON-lines records (appended; resumed if present)"),
     seed: int = typer.Option(0, help="random seed"),
     as_json: bool = typer.Option(False, "--json", help="end with one JSON summary line on stdout"),
@@ -126,7 +129,7 @@ def tune_op(
 
         result = tune_task(task, trials, tuner=tuner, log=log, settings=settings,
                            callbacks=[on_result], features=features, on_corrupt=corrupt,
-                           search=search)
+                           search=search, prescreen=prescreen)
     threads = int(target.get("num-cores", 1))
     peak = fma_peak_gflops(threads)
     gflops = workload.flops / result.best_cost / 1e9 if result.best_config else 0.0

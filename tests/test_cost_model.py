@@ -128,3 +128,34 @@ def test_pretraining_warm_starts_a_model_with_little_new_data():
     warm_acc = pairwise_accuracy(warm.predict(test_x), truth(test_x))
     assert warm_acc > 0.8
     assert warm_acc > pairwise_accuracy(cold.predict(test_x), truth(test_x)) + 0.05
+
+
+def test_a_prescreened_model_saves_loads_and_predicts_like_its_costly_part(tmp_path):
+    from tensortune.cost_model import Prescreened, XGBoostModel
+    from tensortune.features import make_extractor
+
+    from tensortune.space import task_space
+    from tensortune.workload import default_target
+
+    task = Task(Matmul(m=32, n=32, k=32), default_target(2))
+    space = task_space(task)
+    rng = np.random.default_rng(0)
+    inputs = [MeasureInput(task, c) for c in space.sample_many(40, rng)]
+    weights = rng.normal(size=len(space.knob_vector(inputs[0].config)))
+    results = [MeasureResult((1e-3 * math.exp(0.1 * float(space.knob_vector(i.config) @ weights)),))
+               for i in inputs]
+    model = Prescreened(XGBoostModel(make_extractor("knob"), seed=1),
+                        XGBoostModel(make_extractor("knob"), objective="reg", seed=2), 5)
+    assert not model.trained
+    model.fit(inputs, results)
+    assert model.trained and model.extractor is model.costly.extractor
+    np.testing.assert_array_equal(model.predict(inputs), model.costly.predict(inputs))
+    model.save(tmp_path / "m.json")
+    back = Prescreened.load(tmp_path / "m.json")
+    assert back.shortlist == 5 and back.prescreen.extractor.name == "knob"
+    np.testing.assert_allclose(back.predict(inputs), model.predict(inputs), rtol=1e-6)
+    np.testing.assert_allclose(back.prescreen.predict(inputs), model.prescreen.predict(inputs),
+                               rtol=1e-6)
+    (tmp_path / "bad.json").write_text("{}")
+    with pytest.raises(ValueError, match="not a tensortune prescreened model"):
+        Prescreened.load(tmp_path / "bad.json")

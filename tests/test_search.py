@@ -136,3 +136,30 @@ def test_epsilon_replaces_model_picks_with_random_ones():
     assert len(set(out)) == 10 and oracle.batches
     scores = [score(c) for c in out]
     assert min(scores[:5]) > np.median(scores[5:])  # model picks first, best-first
+
+
+class Costly:
+    """A model that is expensive to ask: records every config it scores."""
+
+    def __init__(self, fn):
+        self.fn, self.asked = fn, []
+
+    def predict(self, inputs):
+        self.asked.extend(i.config for i in inputs)
+        return np.array([self.fn(i.config) for i in inputs])
+
+
+@pytest.mark.parametrize("name", ["sa", "ga"])
+def test_a_prescreened_model_is_asked_only_about_the_shortlist_and_picks_the_batch(name):
+    from tensortune.cost_model import Prescreened
+
+    no_random = dataclasses.replace(SearchSettings(), epsilon=0.0)
+    cheap = Oracle()
+    # the costly model prefers the other loop order, which the cheap one mildly penalizes
+    costly = Costly(lambda c: score(c) + (1.0 if c["order"] == "b" else 0.0))
+    out = run(name, 8, model=Prescreened(cheap, costly, shortlist=3), settings=no_random)
+    assert len(set(out)) == 8
+    assert len(costly.asked) <= 3 * 8 and set(out) <= set(costly.asked)  # one look, shortlist only
+    assert sum(cheap.batches) > 10 * len(costly.asked)  # the walk ran on the cheap model
+    picked = sorted(costly.asked, key=costly.fn, reverse=True)[:8]
+    assert out == picked  # the costly model's favourites of the shortlist, best first

@@ -12,7 +12,7 @@ from tensortune.records import load_records
 from tensortune.search import STRATEGIES
 from tensortune.settings import MeasureSettings, SearchSettings, Settings
 from tensortune.space import task_space
-from tensortune.tuner import Evaluator, TuneLoop, tune_task
+from tensortune.tuner import Evaluator, TuneLoop, make_loop, tune_task
 from tensortune.workload import Matmul, Task, default_target
 
 from tests.fakes import FakeBuilder, ReplayRunner
@@ -148,3 +148,17 @@ def test_crashing_hanging_and_wrong_candidates_are_recorded_and_tuning_goes_on(t
                      "wrong": "wrong_result"}
     assert res.trials == 4 and res.best_config["variant"] == "good"
     assert res.errors == {"runtime_error": 1, "timeout": 1, "wrong_result": 1}
+
+
+def test_tuning_on_hardware_features_through_a_prescreen(tmp_path):
+    from tensortune.cost_model import Prescreened
+
+    task = Task(Matmul(m=32, n=32, k=32), default_target(2))
+    seen = []
+    res = tune_task(task, 12, tuner="xgb", features="hardware", prescreen="knob",
+                    log=tmp_path / "mm.jsonl", settings=FAST, callbacks=[lambda i, r: seen.append(r)])
+    assert res.trials == 12 and res.best_config is not None and len(seen) >= 12
+    loop = make_loop("gtuner", task_space(task), FAST, "itervar+hardware", prescreen="itervar")
+    assert isinstance(loop.model, Prescreened) and loop.model.extractor.name == "itervar+hardware"
+    with pytest.raises(ValueError, match="prescreen needs a model-guided tuner"):
+        make_loop("random", task_space(task), FAST, prescreen="knob")

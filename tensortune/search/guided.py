@@ -18,16 +18,31 @@ def propose_guided(optimize: Optimizer, space: ConfigSpace, model, task, n: int,
                    exclude: Collection[Config], rng: np.random.Generator,
                    settings: SearchSettings, seeds: Sequence[Config] = ()) -> list[Config]:
     """Up to ``n`` distinct configs outside ``exclude``: ``optimize``'s best under the model's
-    scores, with a fraction ``settings.epsilon`` random. Without a model: all random."""
+    scores, with a fraction ``settings.epsilon`` random. Without a model: all random.
+
+    A model with a ``prescreen`` model (``cost_model.Prescreened``) is searched on the
+    prescreen's scores; it then picks from the ``shortlist`` x as many best configs found."""
     if n <= 0:
         return []
     if model is None:
         return sample_unexplored(space, n, rng, exclude)
 
-    def score(configs: list[Config]) -> np.ndarray:
-        return np.asarray(model.predict([MeasureInput(task, c) for c in configs]), dtype=float)
+    def scorer(m):
+        def score(configs: list[Config]) -> np.ndarray:
+            return np.asarray(m.predict([MeasureInput(task, c) for c in configs]), dtype=float)
+        return score
 
     n_random = min(n, int(round(settings.epsilon * n)))
-    best = optimize(space, score, n - n_random, exclude, rng, settings, seeds) if n > n_random else []
+    n_best = n - n_random
+    prescreen = getattr(model, "prescreen", None)
+    if n_best <= 0:
+        best = []
+    elif prescreen is None:
+        best = optimize(space, scorer(model), n_best, exclude, rng, settings, seeds)
+    else:
+        shortlist = optimize(space, scorer(prescreen), n_best * model.shortlist, exclude, rng,
+                             settings, seeds)
+        scores = scorer(model)(shortlist) if shortlist else np.zeros(0)
+        best = [shortlist[i] for i in np.argsort(-scores, kind="stable")[:n_best]]
     taken = set(exclude) | set(best)
     return best + sample_unexplored(space, n - len(best), rng, taken)

@@ -18,11 +18,15 @@ SEARCHES = ("sa", "ga")
 
 
 def make_loop(tuner: str, space, settings: Settings, features: str = "knob",
-              objective: str = "rank", search: str = "sa", model=None) -> TuneLoop:
+              objective: str = "rank", search: str = "sa", model=None,
+              prescreen: str | None = None) -> TuneLoop:
     """A ``TuneLoop`` for a tuner name: ``xgb`` (XGBoost) or ``gtuner`` (graph attention network)
     guiding ``search`` (``sa`` annealing or ``ga`` genetic), or model-free ``random`` / ``grid``.
 
     ``model`` replaces the tuner's fresh cost model, e.g. one pretrained on other tasks.
+    ``prescreen`` (cheap features, e.g. ``itervar``) makes the search walk on XGBoost over those
+    features and the model pick each batch from its shortlist (``cost_model.Prescreened``): the
+    way to tune with features that compile every candidate (``hardware``).
     """
     from ..search import STRATEGIES
 
@@ -38,8 +42,16 @@ def make_loop(tuner: str, space, settings: Settings, features: str = "knob",
             from ..cost_model import GTunerModel
 
             model = GTunerModel(features, seed=settings.seed)
+        if prescreen:
+            from ..cost_model import Prescreened, XGBoostModel
+            from ..features import make_extractor
+
+            cheap = XGBoostModel(make_extractor(prescreen), objective=objective, seed=settings.seed)
+            model = Prescreened(cheap, model)
         return TuneLoop(space, STRATEGIES[search], model, settings.search, settings.seed)
     if tuner in ("random", "grid"):
+        if prescreen:
+            raise ValueError(f"prescreen needs a model-guided tuner (xgb, gtuner), not {tuner!r}")
         return TuneLoop(space, STRATEGIES[tuner], None, settings.search, settings.seed)
     raise ValueError(f"unknown tuner {tuner!r}; choose one of {', '.join(TUNERS)}")
 
@@ -49,18 +61,19 @@ def tune_task(task: Task, trials: int, tuner: str = "xgb", log: str | Path | Non
               callbacks: Sequence[Callable[[MeasureInput, MeasureResult], None]] = (),
               resume: bool = True, features: str = "knob",
               on_corrupt: Callable[[int, str], None] | None = None, search: str = "sa",
-              model=None) -> TuneResult:
+              model=None, prescreen: str | None = None) -> TuneResult:
     """Tune ``task`` for ``trials`` new measurements, appending every one to ``log``.
 
     With ``resume`` the log's earlier measurements of this task are skipped and warm-start the
     cost model, so a killed run continues where it stopped. ``search`` and ``model`` are as in
-    ``make_loop``.
+    ``make_loop``, and so is ``prescreen``.
     """
     settings = settings or Settings()
     if trials < 0:
         raise ValueError(f"trials must be >= 0, got {trials}")
     space = task_space(task)
-    loop = make_loop(tuner, space, settings, features, search=search, model=model)
+    loop = make_loop(tuner, space, settings, features, search=search, model=model,
+                     prescreen=prescreen)
     history = []
     if log is not None and resume and Path(log).exists():
         for rec in records_for(load_records(log, on_corrupt=on_corrupt), task):
@@ -80,4 +93,5 @@ def tune_task(task: Task, trials: int, tuner: str = "xgb", log: str | Path | Non
         if writer:
             writer.close()
         # extractors that compile (hardware) hold worker processes; they restart if reused
-        getattr(getattr(loop.model, "extractor", None), "close", lambda: None)()
+        for m in (loop.model, getattr(loop.model, "prescreen", None)):
+            getattr(getattr(m, "extractor", None), "close", lambda: None)()
