@@ -131,9 +131,8 @@ def test_pretraining_warm_starts_a_model_with_little_new_data():
 
 
 def test_a_prescreened_model_saves_loads_and_predicts_like_its_costly_part(tmp_path):
-    from tensortune.cost_model import Prescreened, XGBoostModel
+    from tensortune.cost_model import Prescreened
     from tensortune.features import make_extractor
-
     from tensortune.space import task_space
     from tensortune.workload import default_target
 
