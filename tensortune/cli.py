@@ -104,6 +104,16 @@ def tune_op(
     if search not in SEARCHES:
         console.print(f"[red]error:[/red] unknown search {search!r}; choose one of {', '.join(SEARCHES)}")
         raise typer.Exit(2)
+    if prescreen:
+        from .features import make_extractor
+
+        try:
+            if tuner not in ("xgb", "gtuner"):
+                raise ValueError(f"--prescreen needs a model-guided tuner (xgb, gtuner), not {tuner!r}")
+            make_extractor(prescreen)
+        except ValueError as err:
+            console.print(f"[red]error:[/red] {err}")
+            raise typer.Exit(2)
     settings = dataclasses.replace(Settings.from_env(), seed=seed)
     target = settings.target or default_target(settings.measure.threads)
     task = Task(workload, target)

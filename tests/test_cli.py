@@ -55,3 +55,11 @@ def test_unknown_search_is_named():
     res = runner.invoke(app, ["tune-op", "matmul", "--m", "4", "--n", "4", "--k", "4",
                               "--search", "tabu"])
     assert res.exit_code == 2 and "unknown search 'tabu'" in res.output
+
+
+def test_bad_prescreen_is_refused():
+    base = ["tune-op", "matmul", "--m", "4", "--n", "4", "--k", "4"]
+    res = runner.invoke(app, base + ["--prescreen", "vibes"])
+    assert res.exit_code == 2 and "unknown feature extractor" in res.output and "vibes" in res.output
+    res = runner.invoke(app, base + ["--tuner", "random", "--prescreen", "itervar"])
+    assert res.exit_code == 2 and "--prescreen needs a model-guided tuner" in res.output
