@@ -38,6 +38,8 @@ class CachedExtractor(abc.ABC):
         self.cache_size = cache_size
         # workers > 0: rows are computed in that many processes, each within timeout_s (for
         # extractors that compile, since a compile cannot be interrupted in-process)
+        if workers > 0 and not hasattr(self, "_failed_row"):
+            raise ValueError(f"{self.name} features are computed in-process only (workers=0)")
         self.workers, self.timeout_s = workers, timeout_s
         self._isolated = None  # started on the first row not cached
         self._rows: OrderedDict[tuple, np.ndarray] = OrderedDict()
@@ -85,13 +87,12 @@ class CachedExtractor(abc.ABC):
         return [self._failed_row() if isinstance(r, JobFailure) else r
                 for r in self._isolated.compute(inputs)]
 
+    # Extractors that may run in workers also define ``_failed_row()``: the row of a candidate
+    # whose computation overran ``timeout_s`` or crashed its worker.
+
     def _worker_kwargs(self) -> dict:
         """Constructor arguments of the in-process twin a worker computes rows with."""
         return {"workers": 0}
-
-    def _failed_row(self) -> np.ndarray:
-        """The row of a candidate whose computation overran ``timeout_s`` or crashed."""
-        raise NotImplementedError(f"{self.name} cannot compute rows in worker processes")
 
     def close(self) -> None:
         """Stop the worker processes, if any (they restart if more rows are needed)."""

@@ -13,15 +13,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..measure.builder import task_job
+from ..measure.builder import _load_heavy_modules, task_job
 from ..measure.pool import JobFailure, WorkerPool
 from ..measure.types import MeasureInput
-
-
-def _load_heavy_modules() -> None:
-    import tvm  # noqa: F401
-
-    from .. import space, workload  # noqa: F401
 
 
 @functools.lru_cache(maxsize=8)
