@@ -18,7 +18,8 @@ Per task, over its successful test records: ``pearson`` (XFEATUR's metric) and `
 correlation of the model's score with the measured throughput, ``pairwise`` ranking accuracy,
 and Tuna's top-k performance ratio for k = 10 and 50 (``topk_ratio``: summed cost of the k
 truly fastest over that of the model's k favourites; reported only when there are at least 2k
-records to pick from, else ``None``).
+records to pick from, else ``None``). A task with fewer than ``MIN_SCORED`` successful test
+records (e.g. a small task after ``finetune``) is skipped with that reason, not scored.
 """
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ from .features import ConcatFeatures, FeatureExtractor
 MODELS = ("xgb-rank", "xgb-reg", "gtuner")
 SPLITS = ("by-task", "within-task")
 TOPK = (10, 50)
+MIN_SCORED = 5  # fewer successful test records than this make no meaningful correlation
 METRICS = ("pearson", "spearman", "pairwise") + tuple(f"top{k}" for k in TOPK)
 
 ModelFactory = Callable[[FeatureExtractor], object]
@@ -332,9 +334,12 @@ class _Run:
             start = time.perf_counter()
             model.fit(list(train.inputs), list(train.results))
             self.fit_s += time.perf_counter() - start
-        if model is None or test.n == 0 or not any(r.ok for r in test.results):
-            self.skipped.append((test.name, "no successful test records" if model is not None
-                                 else "nothing to train on"))
+        n_ok = sum(r.ok for r in test.results)
+        if model is None or n_ok < MIN_SCORED:
+            reason = "nothing to train on" if model is None else (
+                f"{n_ok} successful test record(s) left to score (fewer than {MIN_SCORED})"
+                + (f" after fine-tuning on {train.n}" if train is not None and train.n else ""))
+            self.skipped.append((test.name, reason))
             return
         start = time.perf_counter()
         scores = np.asarray(model.predict(list(test.inputs)), dtype=float)
@@ -385,6 +390,6 @@ def _by_task_fold(run: _Run, dataset: Dataset, fold: Fold, features: str, finetu
                 run.fit_and_score(base, None, test, note, n_pretrain)
 
 
-__all__ = ["MODELS", "SPLITS", "TOPK", "METRICS", "make_model", "available_features",
+__all__ = ["MODELS", "SPLITS", "TOPK", "MIN_SCORED", "METRICS", "make_model", "available_features",
            "default_feature_sets", "FeatureBank", "space_specific", "Fold", "task_folds",
            "record_split", "TaskScore", "score_task", "EvalReport", "evaluate", "compare"]

@@ -216,6 +216,16 @@ def test_finetuning_alone_scores_a_task_without_peers(dataset, bank):
     _in_range(report)
 
 
+def test_finetuning_on_almost_every_record_skips_the_task_instead_of_scoring_two(dataset, bank):
+    report = evaluate(dataset, "xgb-reg", "itervar", holdout=["dense"], finetune=PER_TASK - 2,
+                      bank=bank)
+    assert not report.scores
+    (task, reason), = report.skipped
+    assert task == "dense"
+    assert reason.startswith("2 successful test record(s) left")
+    assert reason.endswith(f"after fine-tuning on {PER_TASK - 2}")
+
+
 def test_within_task_split_trains_one_model_per_task(dataset, bank):
     report = evaluate(dataset, "xgb-reg", "knob", split="within-task", bank=bank)
     assert len(report.scores) == len(dataset)
