@@ -249,6 +249,8 @@ def eval_cmd(
     seed: int = typer.Option(0),
     store: bool = typer.Option(True, help="read and keep costly feature rows (hardware) in "
                                "the dataset's feature store"),
+    label: Optional[str] = typer.Option(None, help="training labels: relative (per-task best, "
+                                        "AutoTVM's) | absolute (TFLOP/s); default: the model's"),
     as_json: bool = typer.Option(False, "--json", help="end with one JSON object on stdout"),
 ):
     """Fit one cost model and report Pearson, Spearman, pairwise accuracy and top-k ratios."""
@@ -260,7 +262,7 @@ def eval_cmd(
     report = _run(evaluate, dataset=ds, model=model, features=features, split=split,
                   holdout=_names(holdout or ""), folds=folds, finetune=finetune,
                   train_fraction=train_fraction, seed=seed, bank=_bank(dataset, store),
-                  on_progress=lambda name: console.print(f"  scored {name}"))
+                  label=label, on_progress=lambda name: console.print(f"  scored {name}"))
     _print_wide(_task_table(report))
     for s in report.scores:
         if s.note:
@@ -286,6 +288,8 @@ def compare_cmd(
     seed: int = typer.Option(0),
     store: bool = typer.Option(True, help="read and keep costly feature rows (hardware) in "
                                "the dataset's feature store"),
+    label: Optional[str] = typer.Option(None, help="training labels: relative (per-task best, "
+                                        "AutoTVM's) | absolute (TFLOP/s); default: the model's"),
     as_json: bool = typer.Option(False, "--json", help="end with one JSON line on stdout"),
 ):
     """Every model x feature combination on one dataset, in one table."""
@@ -304,7 +308,8 @@ def compare_cmd(
             console.print(f"{m} on {fs} ...")
             reports.append(_run(evaluate, dataset=ds, model=m, features=fs, split=split,
                                 holdout=_names(holdout or ""), folds=folds, finetune=finetune,
-                                train_fraction=train_fraction, seed=seed, bank=bank))
+                                train_fraction=train_fraction, seed=seed, bank=bank,
+                                label=label))
     _print_wide(_report_table(f"{dataset}: {len(ds)} tasks, {split}"
                               + (f", finetune {finetune}" if finetune else ""), reports))
     notes = {(t, why) for r in reports for t, why in r.skipped}

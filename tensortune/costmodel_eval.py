@@ -44,16 +44,18 @@ METRICS = ("pearson", "spearman", "pairwise") + tuple(f"top{k}" for k in TOPK)
 ModelFactory = Callable[[FeatureExtractor], object]
 
 
-def make_model(name: str, extractor: FeatureExtractor, seed: int = 0):
-    """A fresh cost model by name: ``xgb-rank``, ``xgb-reg`` or ``gtuner``."""
+def make_model(name: str, extractor: FeatureExtractor, seed: int = 0, label: str | None = None):
+    """A fresh cost model by name: ``xgb-rank``, ``xgb-reg`` or ``gtuner``, trained on ``label``
+    (``relative`` or ``absolute`` throughput; None: the model's default)."""
+    options = {"seed": seed} if label is None else {"seed": seed, "label": label}
     if name in ("xgb-rank", "xgb-reg"):
         from .cost_model import XGBoostModel
 
-        return XGBoostModel(extractor, objective=name.split("-")[1], seed=seed)
+        return XGBoostModel(extractor, objective=name.split("-")[1], **options)
     if name == "gtuner":
         from .cost_model import GTunerModel
 
-        return GTunerModel(extractor, seed=seed)
+        return GTunerModel(extractor, **options)
     raise ValueError(f"unknown cost model {name!r}; choose one of {', '.join(MODELS)}")
 
 
@@ -83,13 +85,19 @@ class FeatureBank:
         self._widths: dict[tuple[str, str], int] = {}
 
     def get(self, features: str) -> FeatureExtractor:
-        from .features import make_extractor
+        from .features import EXTRACTORS, build_part, make_extractor
         from .features.store import COSTLY
 
         names = [p.strip() for p in features.split("+") if p.strip()]
+        unknown = [n for n in names if n not in EXTRACTORS]
+        if unknown or not names:
+            make_extractor(features)  # raises, naming them
         for name in names:
             if name not in self._parts:
-                part = make_extractor(name)  # raises naming unknown extractors
+                source = getattr(EXTRACTORS[name], "source", None)
+                if source is not None:  # derived (roofline): from the bank's, maybe stored, source
+                    self.get(source)
+                part = build_part(name, self._parts)
                 if self.store is not None and name in COSTLY:
                     part = self.store.wrap(part)
                 self._parts[name] = part
@@ -99,11 +107,14 @@ class FeatureBank:
     def stored(self, features: str, data: TaskData) -> bool:
         """True when every costly row of ``features`` for ``data`` is in the store already
         (always True for cheap feature sets)."""
+        from .features import EXTRACTORS
         from .features.store import COSTLY, StoredExtractor
 
-        costly = [n for n in features.split("+") if n.strip() in COSTLY]
+        names = [n.strip() for n in features.split("+") if n.strip()]
+        names += [getattr(EXTRACTORS[n], "source", None) for n in names if n in EXTRACTORS]
+        costly = {n for n in names if n in COSTLY}  # a derived part needs its source's rows
         for name in costly:
-            part = self.get(name.strip())
+            part = self.get(name)
             if not isinstance(part, StoredExtractor) or not all(i in part for i in data.inputs):
                 return False
         return True
@@ -256,11 +267,13 @@ def evaluate(dataset: Dataset, model: str | ModelFactory, features: str, split: 
              holdout: Sequence[str] = (), folds: int = 4, finetune: int = 0,
              train_fraction: float = 0.5, seed: int = 0, bank: FeatureBank | None = None,
              ks: Sequence[int] = TOPK, keep_predictions: bool = False,
-             on_progress: Callable[[str], None] | None = None) -> EvalReport:
+             on_progress: Callable[[str], None] | None = None,
+             label: str | None = None) -> EvalReport:
     """Fit and score ``model`` (a name of ``MODELS`` or ``factory(extractor) -> model``) with
     ``features`` on ``dataset`` split as ``split`` (see the module docstring).
 
-    With ``keep_predictions`` the report's ``predictions`` maps each scored task to
+    ``label`` picks the training labels of a named model (see ``make_model``); the report's
+    model name then says which. With ``keep_predictions`` the report's ``predictions`` maps each scored task to
     ``(scores, results)`` for plots.
     """
     if split not in SPLITS:
@@ -274,7 +287,14 @@ def evaluate(dataset: Dataset, model: str | ModelFactory, features: str, split: 
     bank = bank or FeatureBank()
     extractor = bank.get(features)
     name = model if isinstance(model, str) else getattr(model, "__name__", type(model).__name__)
-    factory = (lambda ex: make_model(model, ex, seed)) if isinstance(model, str) else model
+    if label is not None and isinstance(model, str):
+        from .cost_model.base import LABELS
+
+        if label not in LABELS:
+            raise ValueError(f"unknown label {label!r}; choose one of {', '.join(LABELS)}")
+        name = f"{model} ({label})"
+    factory = ((lambda ex: make_model(model, ex, seed, label)) if isinstance(model, str)
+               else model)
     run = _Run(factory, extractor, ks, keep_predictions, on_progress or (lambda _: None))
     if split == "within-task":
         tasks, by_task_folds = (dataset.select(holdout) if holdout else dataset), []

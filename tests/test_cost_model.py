@@ -89,18 +89,23 @@ def test_fit_checks_lengths_and_objective_names():
         XGBoostModel(KnobFeatures(SPACE)).fit(inputs, results[:4])
     with pytest.raises(ValueError, match="objective"):
         XGBoostModel(KnobFeatures(SPACE), objective="ndcg")
+    with pytest.raises(ValueError, match="subsample"):
+        XGBoostModel(KnobFeatures(SPACE), subsample=0.0)
+    with pytest.raises(ValueError, match="colsample"):
+        XGBoostModel(KnobFeatures(SPACE), colsample=1.5)
 
 
 @pytest.mark.parametrize("objective", ["rank", "reg"])
 def test_save_and_load_give_identical_predictions(tmp_path, objective):
     train_x, train_y = dataset(200, seed=4)
     test_x, _ = dataset(100, seed=5)
-    model = XGBoostModel(KnobFeatures(SPACE), objective=objective, seed=3)
+    model = XGBoostModel(KnobFeatures(SPACE), objective=objective, seed=3, subsample=0.7)
     model.fit(train_x, train_y)
     path = tmp_path / "model.json"
     model.save(path)
     loaded = XGBoostModel.load(path, extractor=KnobFeatures(SPACE))
-    assert (loaded.objective, loaded.seed) == (objective, 3)
+    assert (loaded.objective, loaded.seed, loaded.subsample, loaded.colsample) == (
+        objective, 3, 0.7, 0.8)
     np.testing.assert_array_equal(loaded.predict(test_x), model.predict(test_x))
 
 

@@ -122,7 +122,10 @@ ptxas info    : Function properties for copy_kernel
 ptxas info    : Used 8 registers, 360 bytes cmem[0]
 """
 
-CPU_MATMUL = Task(Matmul(m=16, n=16, k=16), default_target())
+# features describe the target, not the host: these kernels are compiled, never run, for a
+# Zen 5 (AVX-512) target whatever machine the tests are on
+ZEN5 = {"kind": "llvm", "mcpu": "znver5", "num-cores": 2}
+CPU_MATMUL = Task(Matmul(m=16, n=16, k=16), ZEN5)
 # i: 2 parallel x 2 x 1 x 4 (unrolled); j: 16 vectorized lanes; k: 4 x 4
 CPU_VECTORIZED = Config(tile_i=(2, 2, 1, 4), tile_j=(1, 1, 1, 16), tile_k=(4, 4),
                         vector_axis="j", outer="S1/1", pack_A="none", pack_B="none", unroll=0)
@@ -232,11 +235,14 @@ def cpu_profile(task: Task, config: Config) -> hardware_cpu.CPUProfile:
     return hardware_cpu.profile(hardware_cpu.asm_program(asm), ir, 2)
 
 
-def test_fma_count_of_a_vectorized_16_cubed_matmul_is_mnk_over_lanes():
-    prof = cpu_profile(CPU_MATMUL, CPU_VECTORIZED)
-    assert prof.vector_bits == 512  # AVX-512 registers on this machine
-    assert prof.counts["fma_vec"] * 16 == 16 * 16 * 16 and prof.counts["fma_scalar"] == 0
-    assert prof.fp_lanes == CPU_MATMUL.workload.flops and prof.mapped == prof.n_loops
+@pytest.mark.parametrize("mcpu,bits", [("znver5", 512), ("znver3", 256)])
+def test_fma_count_of_a_vectorized_16_cubed_matmul_is_mnk_over_lanes(mcpu, bits):
+    task = Task(CPU_MATMUL.workload, {**ZEN5, "mcpu": mcpu})
+    prof = cpu_profile(task, CPU_VECTORIZED)
+    lanes = bits // 32  # AVX-512 (Zen 5) or AVX2 (Zen 3): 16 lanes split into two ymm FMAs
+    assert prof.vector_bits == bits
+    assert prof.counts["fma_vec"] * lanes == 16 * 16 * 16 and prof.counts["fma_scalar"] == 0
+    assert prof.fp_lanes == task.workload.flops and prof.mapped == prof.n_loops
 
 
 def test_a_dot_product_stays_scalar():

@@ -13,8 +13,8 @@ The network, in PyTorch on the CPU:
 3. Multi-head self-attention over those tokens (residual + layer norm), then an MLP on the
    flattened sequence predicting the config's normalized throughput.
 
-The loss is MSE on the normalized throughput (``(1 / cost) / best`` within each task, failures
-0) plus ``rank_weight`` times a pairwise logistic (RankNet) loss over pairs of the same task in
+The loss is MSE on the throughput label (``label``: ``relative``, ``(1 / cost) / best`` within
+each task, or ``absolute``, TFLOP/s; failures 0) plus ``rank_weight`` times a pairwise logistic (RankNet) loss over pairs of the same task in
 a minibatch, since the search only needs the order. ``pretrain`` trains on other tasks' records
 (offline); ``fit`` trains a fresh model for ``epochs`` at ``lr`` or, once it has weights,
 fine-tunes them for ``finetune_epochs`` at the lower ``finetune_lr`` (so a few new measurements
@@ -39,7 +39,7 @@ import numpy as np
 from ..features import FeatureExtractor, make_extractor
 from ..features.graph import NODE_DIM, task_graph
 from ..measure.types import MeasureInput, MeasureResult
-from .base import normalized_throughput
+from .base import LABELS, scale_labels, task_flops, throughput_labels
 
 FORMAT = "tensortune.gtuner"
 _STD_FLOOR = 0.5  # log2 units: features nearly constant in the first data are not blown up later
@@ -57,7 +57,9 @@ class GTunerModel:
                  gcn_layers: int = 2, heads: int = 4, tokens: int = 8, epochs: int = 60,
                  finetune_epochs: int = 15, batch_size: int = 256, lr: float = 2e-3,
                  finetune_lr: float = 5e-4, sample_budget: int = 200_000, rank_weight: float = 1.0,
-                 min_good: int = 4, seed: int = 0):
+                 min_good: int = 4, seed: int = 0, label: str = "relative"):
+        if label not in LABELS:
+            raise ValueError(f"unknown label {label!r}; choose one of {', '.join(LABELS)}")
         if hidden < 1 or heads < 1 or hidden % heads:
             raise ValueError(f"hidden ({hidden}) must be a positive multiple of heads ({heads})")
         for name, value in (("gcn_layers", gcn_layers), ("tokens", tokens), ("epochs", epochs),
@@ -70,7 +72,7 @@ class GTunerModel:
         self.epochs, self.finetune_epochs = epochs, finetune_epochs
         self.batch_size, self.lr, self.finetune_lr = batch_size, lr, finetune_lr
         self.sample_budget, self.rank_weight = sample_budget, rank_weight
-        self.min_good, self.seed = min_good, seed
+        self.min_good, self.seed, self.label = min_good, seed, label
         self._net = None
         self._stat_dim: int | None = None
         self._norm: dict[str, np.ndarray] | None = None
@@ -114,10 +116,11 @@ class GTunerModel:
         y = np.zeros(len(inputs), dtype=np.float32)
         for t in range(len(tasks)):
             idx = np.flatnonzero(task_ids == t)
-            y[idx] = normalized_throughput([results[i] for i in idx])
+            y[idx] = throughput_labels([results[i] for i in idx], task_flops(tasks[t]),
+                                       self.label)
         if int((y > 0).sum()) < self.min_good:
             return None
-        return x, y, task_ids, [task_graph(t) for t in tasks]
+        return x, scale_labels(y), task_ids, [task_graph(t) for t in tasks]
 
     def _train(self, data, epochs: int, lr: float) -> None:
         x, y, task_ids, graphs = data
@@ -246,7 +249,8 @@ class GTunerModel:
 
 
 _SETTINGS = ("hidden", "gcn_layers", "heads", "tokens", "epochs", "finetune_epochs", "batch_size",
-             "lr", "finetune_lr", "sample_budget", "rank_weight", "min_good", "seed")
+             "lr", "finetune_lr", "sample_budget", "rank_weight", "min_good", "seed",
+             "label")
 
 
 def _task_ids(inputs) -> tuple[list, np.ndarray]:
