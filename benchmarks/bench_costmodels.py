@@ -5,7 +5,9 @@ budget: random search (the reference), XGBoost on knob features (AutoTVM's defau
 knob+itervar, on knob+itervar+hardware (when the hardware extractor exists), and GTuner
 pretrained on the dataset's other tasks (transfer). Printed per task and model: the best latency
 after 25%, 50% and 100% of the trials, the trials needed to reach 95% of the best known
-performance (the best of the dataset and of every run), the tuning time, and the Pearson
+performance (the best of the dataset and of every run; of the runs alone when the dataset was
+measured on a CPU this host is not, whose held-out tasks are then tuned for this host), the
+tuning time, and the Pearson
 correlation of the model's predictions with the measured throughput of the configs it chose
 (predicted just before each was measured, as XFEATUR's figure 1). Then one JSON line.
 Pretrained models learn from the dataset's other tasks minus the held-out tasks' twins (the
@@ -46,10 +48,11 @@ from tensortune.features import EXTRACTORS, make_extractor
 from tensortune.features.store import FeatureStore
 from tensortune.settings import MeasureSettings, SearchSettings, Settings
 from tensortune.tuner import tune_task
+from tensortune.workload import Task, default_target, missing_host_features
 
 REACH = 0.95  # "reached": within this fraction of the best known throughput
 # extractors that compile every candidate: a full annealing run scores thousands per batch
-COSTLY_FEATURES = ("hardware",)
+COSTLY_FEATURES = ("hardware", "roofline")  # roofline derives from hardware rows
 PRESCREEN = "itervar"  # what the search walks on for models over costly features
 
 
@@ -133,9 +136,9 @@ def trials_to_reach(best: np.ndarray, target_cost: float) -> int | None:
     return int(hit[0]) + 1 if hit.size else None
 
 
-def tune_runs(data: TaskData, spec: CurveSpec, history: list[TaskData], args, settings: Settings,
-              workdir: Path, bank: FeatureBank) -> list[dict]:
-    """``args.repeats`` tuning runs of one task with one model."""
+def tune_runs(data: TaskData, task: Task, spec: CurveSpec, history: list[TaskData], args,
+              settings: Settings, workdir: Path, bank: FeatureBank) -> list[dict]:
+    """``args.repeats`` tuning runs of ``task`` (``data``'s, maybe retargeted) with one model."""
     runs = []
     for r in range(args.repeats):
         seed = args.seed + r
@@ -148,7 +151,7 @@ def tune_runs(data: TaskData, spec: CurveSpec, history: list[TaskData], args, se
             if model is not None and res.ok and getattr(model, "trained", False):
                 points.append((len(points), float(model.predict([inp])[0]), res.cost))
 
-        res = tune_task(data.task, args.trials, tuner=spec.tuner, log=log,
+        res = tune_task(task, args.trials, tuner=spec.tuner, log=log,
                         settings=dataclasses.replace(settings, seed=seed), resume=False,
                         features=spec.features, search=args.search, model=model,
                         callbacks=[predict_measured])
@@ -287,14 +290,27 @@ def main(argv=None) -> int:
     for features in sorted({s.features for s in specs if s.pretrained and s.costly}):
         print(f"pretraining on {features}: {sum(bank.stored(features, d) for d in history)} of "
               f"{len(history)} history tasks have stored rows", flush=True)
+    # a dataset measured on another CPU (say AVX-512 records on an AVX2 host): tune its held-out
+    # tasks for this host instead, and judge them by this run's measurements alone
+    tasks, foreign = {}, set()
+    for data in held:
+        missing = missing_host_features(data.task.target)
+        tasks[data.name] = data.task
+        if missing:
+            host = default_target(data.task.target.get("num-cores"))
+            tasks[data.name] = Task(data.task.workload, host, data.task.template)
+            foreign.add(data.name)
+            print(f"note: {data.name} was measured for mcpu {data.task.target.get('mcpu')} "
+                  f"({', '.join(missing)}, which this host lacks): tuned for mcpu "
+                  f"{host['mcpu']} here; best known = the best of this run only", flush=True)
     raw: dict[str, dict] = {}
     for data in held:
-        raw[data.name] = {s.label: (s, tune_runs(data, s, history, args, settings, workdir, bank))
-                          for s in specs}
+        raw[data.name] = {s.label: (s, tune_runs(data, tasks[data.name], s, history, args,
+                                                 settings, workdir, bank)) for s in specs}
     best_known = {}
     for data in held:
         run_best = min(float(r["best"][-1]) for _, runs in raw[data.name].values() for r in runs)
-        best_known[data.name] = min(data.best_cost, run_best)
+        best_known[data.name] = run_best if data.name in foreign else min(data.best_cost, run_best)
     results = {d.name: {label: (summarize(d, s, runs, best_known[d.name], args.trials), runs)
                         for label, (s, runs) in raw[d.name].items()} for d in held}
 
@@ -315,6 +331,7 @@ def main(argv=None) -> int:
     summary = {"dataset": args.dataset, "trials": args.trials, "search": args.search,
                "repeats": args.repeats, "plots": [str(p) for p in plots],
                "tasks": {d.name: {"best_known_us": _us(best_known[d.name]),
+                                  "mcpu": tasks[d.name].target.get("mcpu"),
                                   "runs": [row for row, _ in results[d.name].values()]}
                          for d in held}}
     sys.stdout.write(json.dumps(summary) + "\n")

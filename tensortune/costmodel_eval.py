@@ -68,10 +68,10 @@ def available_features() -> tuple[str, ...]:
 
 def default_feature_sets() -> tuple[str, ...]:
     """The feature combinations ``compare`` tries: knob, itervar, curve, knob+itervar, and the
-    hardware ones when the hardware extractor is available."""
+    hardware ones (with and without roofline) when the hardware extractor is available."""
     sets = ["knob", "itervar", "curve", "knob+itervar"]
     if "hardware" in available_features():
-        sets += ["hardware", "knob+itervar+hardware"]
+        sets += ["hardware", "knob+itervar+hardware", "itervar+hardware+roofline"]
     return tuple(sets)
 
 

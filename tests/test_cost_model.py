@@ -52,6 +52,36 @@ def test_labels_are_throughput_relative_to_the_best_and_zero_for_failures():
     assert normalized_throughput([MeasureResult((), ErrorKind.TIMEOUT)]).tolist() == [0.0]
 
 
+def test_absolute_labels_are_tflops_relative_ones_fall_back_and_scaling_keeps_ratios():
+    from tensortune.cost_model.base import scale_labels, throughput_labels
+
+    results = [MeasureResult((2.0,)), MeasureResult((1.0,)), MeasureResult((), ErrorKind.TIMEOUT)]
+    assert throughput_labels(results, 4_000_000_000_000, "absolute").tolist() == [2.0, 4.0, 0.0]
+    assert throughput_labels(results, 4_000_000_000_000, "relative").tolist() == [0.5, 1.0, 0.0]
+    # no FLOP count: nothing absolute to say, so the task's own best is the unit
+    assert throughput_labels(results, 0, "absolute").tolist() == [0.5, 1.0, 0.0]
+    with pytest.raises(ValueError, match="unknown label 'gflops'"):
+        throughput_labels(results, 1, "gflops")
+    # one factor for all tasks: a task half as fast stays half as fast
+    assert scale_labels(np.array([1e-5, 2e-5, 0.0, 4e-5])).tolist() == [0.25, 0.5, 0.0, 1.0]
+    assert scale_labels(np.zeros(2)).tolist() == [0.0, 0.0]
+
+
+@pytest.mark.parametrize("label", ["absolute", "relative"])
+def test_both_labels_learn_the_order_and_round_trip(tmp_path, label):
+    train_x, train_y = dataset(300, seed=0)
+    test_x, _ = dataset(200, seed=1)
+    model = XGBoostModel(KnobFeatures(SPACE), objective="reg", label=label)
+    model.fit(train_x, train_y)
+    assert pairwise_accuracy(model.predict(test_x), truth(test_x)) > 0.8
+    model.save(tmp_path / "m.json")
+    loaded = XGBoostModel.load(tmp_path / "m.json", extractor=KnobFeatures(SPACE))
+    assert loaded.label == label
+    np.testing.assert_array_equal(loaded.predict(test_x), model.predict(test_x))
+    with pytest.raises(ValueError, match="unknown label"):
+        XGBoostModel(KnobFeatures(SPACE), label="tflops")
+
+
 @pytest.mark.parametrize("objective", ["rank", "reg"])
 def test_model_ranks_unseen_configs_much_better_than_chance(objective):
     train_x, train_y = dataset(300, seed=0)

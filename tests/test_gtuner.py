@@ -156,9 +156,12 @@ def test_save_and_load_give_identical_predictions(tmp_path, data_a, model_a):
     assert by_name.extractor.name == "itervar"
 
     empty = tmp_path / "empty.pt"
-    GTunerModel(EXTRACTOR, hidden=32, seed=5).save(empty)
+    GTunerModel(EXTRACTOR, hidden=32, seed=5, label="absolute").save(empty)
     restored = GTunerModel.load(empty, extractor=EXTRACTOR)
     assert not restored.trained and (restored.hidden, restored.seed) == (32, 5)
+    assert (loaded.label, restored.label) == ("relative", "absolute")
+    with pytest.raises(ValueError, match="unknown label"):
+        GTunerModel(EXTRACTOR, label="best")
     (tmp_path / "other.pt").write_text('{"format": "something else"}')
     with pytest.raises(ValueError, match="not a tensortune GTuner model"):
         GTunerModel.load(tmp_path / "other.pt")

@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from tensortune.measure import (ErrorKind, JobFailure, LocalBuilder, LocalRunner,
+from tensortune.measure import (BuildResult, ErrorKind, JobFailure, LocalBuilder, LocalRunner,
                                 MeasureInput, MeasureResult, Runner, WorkerPool)
 from tensortune.measure.pool import CRASHED, ERROR, TIMEOUT
 from tensortune.settings import MeasureSettings
@@ -154,3 +154,42 @@ def test_runner_protocol_admits_local_and_fake_runners():
     assert isinstance(LocalRunner(SETTINGS), Runner)  # no worker starts before the first run
     assert isinstance(FakeRunner(), Runner)
     assert not isinstance(object(), Runner)
+
+
+ZEN5_FLAGS = ("flags\t\t: fpu sse2 avx fma avx2 avx512f avx512dq avx512bw avx512vl avx512_vnni "
+              "avx512_bf16\n")
+ZEN3_FLAGS = "processor\t: 0\nflags\t\t: fpu sse2 avx fma avx2 vaes\n"
+
+
+def test_missing_host_features_name_what_a_target_needs_and_the_cpu_lacks():
+    from tensortune.workload import missing_host_features
+
+    zen5 = {"kind": "llvm", "mcpu": "znver5", "num-cores": 2}
+    assert "avx512f" in missing_host_features(zen5, ZEN3_FLAGS)
+    assert missing_host_features(zen5, ZEN5_FLAGS) == []
+    assert missing_host_features({**zen5, "mcpu": "znver3"}, ZEN3_FLAGS) == []
+    assert missing_host_features({"kind": "llvm"}, ZEN3_FLAGS) == []  # generic x86-64
+    assert missing_host_features({"kind": "cuda", "arch": "sm_90"}, ZEN3_FLAGS) == []
+
+
+def test_a_target_this_host_cannot_execute_is_refused_not_crashed_through(monkeypatch):
+    from tensortune.measure import runner as runner_mod
+    from tensortune.tuner import tune_task
+    from tensortune.workload import task as task_mod
+
+    # pretend the host is an AVX2 machine, whatever it really is
+    real = task_mod.missing_host_features
+    monkeypatch.setattr(task_mod, "missing_host_features",
+                        lambda target, cpuinfo=None: real(target, ZEN3_FLAGS))
+    monkeypatch.setattr("tensortune.workload.missing_host_features",
+                        task_mod.missing_host_features)
+    monkeypatch.setattr("tensortune.tuner.api.missing_host_features",
+                        task_mod.missing_host_features)
+    task = Task(Matmul(m=16, n=16, k=16), {"kind": "llvm", "mcpu": "znver5", "num-cores": 2})
+    with pytest.raises(ValueError, match="avx512f, .*which this CPU lacks"):
+        tune_task(task, 2, tuner="random")
+    inp = MeasureInput(task, task_space(task).get(0))
+    with runner_mod.LocalRunner(SETTINGS) as runner:
+        build = BuildResult("/nonexistent.so", 0.1)
+        (res,) = runner.run([inp], [build])
+    assert res.error is ErrorKind.RUNTIME_ERROR and "znver5 uses avx512f" in res.message

@@ -80,13 +80,15 @@ class LocalRunner:
     """Times candidates in one persistent worker process, strictly one after another.
 
     A candidate that segfaults or hangs costs a worker restart, never the caller; its ``run_s``
-    includes that restart.
+    includes that restart. A candidate built for a CPU this host is not (say AVX-512 code on an
+    AVX2 machine) is not run: its result names the missing instruction-set extensions.
     """
 
     def __init__(self, settings: MeasureSettings, seed: int = 0):
         self.settings = settings
         self.seed = seed
         self._pool = WorkerPool(1, initializer=functools.partial(_load_runtime, settings.threads))
+        self._unrunnable: dict[str, str] = {}  # target key -> why its code cannot run here
 
     def run(self, inputs: list[MeasureInput], builds: list[BuildResult],
             verify: list[bool] | None = None) -> list[MeasureResult]:
@@ -102,6 +104,11 @@ class LocalRunner:
                 results.append(MeasureResult((), build.error, build.message, build_s=build.build_s,
                                              timestamp=time.time()))
                 continue
+            why = self._why_unrunnable(inp.task.target)
+            if why:
+                results.append(MeasureResult((), ErrorKind.RUNTIME_ERROR, why,
+                                             build_s=build.build_s, timestamp=time.time()))
+                continue
             job = {"path": build.path, "workload": inp.task.workload.to_dict(), "seed": self.seed,
                    "warmup": s.warmup, "number": s.number, "repeat": s.repeat,
                    "min_repeat_ms": s.min_repeat_ms, "verify": bool(check), "rtol": s.rtol,
@@ -111,6 +118,17 @@ class LocalRunner:
             run_s = time.perf_counter() - start
             results.append(_to_result(reply, build.build_s, run_s, s.run_timeout_s))
         return results
+
+    def _why_unrunnable(self, target: dict) -> str:
+        from ..workload import missing_host_features, target_key
+
+        key = target_key(target)
+        if key not in self._unrunnable:
+            missing = missing_host_features(target)
+            self._unrunnable[key] = (
+                f"not run: target mcpu {target.get('mcpu')} uses {', '.join(missing)}, which this "
+                "host lacks" if missing else "")
+        return self._unrunnable[key]
 
     def close(self) -> None:
         self._pool.close()

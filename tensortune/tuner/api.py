@@ -9,7 +9,7 @@ from ..measure.types import MeasureInput, MeasureResult
 from ..records import RecordWriter, load_records, records_for
 from ..settings import Settings
 from ..space import task_space
-from ..workload import Task
+from ..workload import Task, missing_host_features
 from .evaluator import Evaluator
 from .loop import TuneLoop, TuneResult
 
@@ -71,6 +71,11 @@ def tune_task(task: Task, trials: int, tuner: str = "xgb", log: str | Path | Non
     settings = settings or Settings()
     if trials < 0:
         raise ValueError(f"trials must be >= 0, got {trials}")
+    missing = missing_host_features(task.target) if trials else []
+    if missing:
+        raise ValueError(f"cannot measure on this host: the target (mcpu {task.target['mcpu']}) "
+                         f"compiles to {', '.join(missing)}, which this CPU lacks; tune for "
+                         "default_target() or on a machine that has them")
     space = task_space(task)
     loop = make_loop(tuner, space, settings, features, search=search, model=model,
                      prescreen=prescreen)

@@ -24,6 +24,35 @@ def default_target(num_cores: int | None = None) -> dict:
     return {"kind": "llvm", "mcpu": cpu, "num-cores": int(num_cores or os.cpu_count() or 1)}
 
 
+# ISA extensions whose absence kills a kernel with SIGILL, as LLVM and /proc/cpuinfo name them
+_ISA = {"avx512f": "avx512f", "avx512bw": "avx512bw", "avx512dq": "avx512dq",
+        "avx512vl": "avx512vl", "avx512vnni": "avx512_vnni", "avx512bf16": "avx512_bf16",
+        "avx2": "avx2", "fma": "fma", "avx": "avx"}
+
+
+def missing_host_features(target: dict, cpuinfo: str | None = None) -> list[str]:
+    """The ISA extensions an LLVM x86 ``target`` compiles for that this host lacks (empty when
+    its code runs here, or when the target is not an x86 CPU with an ``mcpu``). ``cpuinfo`` is
+    the text of /proc/cpuinfo (read when None; no check when unreadable)."""
+    if target.get("kind") != "llvm" or not target.get("mcpu"):
+        return []
+    if cpuinfo is None:
+        try:
+            cpuinfo = open("/proc/cpuinfo").read()
+        except OSError:
+            return []
+    flags = next((line.split(":", 1)[1].split() for line in cpuinfo.splitlines()
+                  if line.startswith("flags")), None)
+    if flags is None:
+        return []
+    import tvm
+    from tvm.target import codegen
+
+    tgt = tvm.target.Target({"kind": "llvm", "mcpu": target["mcpu"]})
+    return [name for name, flag in _ISA.items()
+            if flag not in flags and codegen.target_has_features(name, tgt)]
+
+
 def target_key(target: dict) -> str:
     return json.dumps(target, sort_keys=True, separators=(",", ":"))
 
