@@ -79,10 +79,10 @@ class CurveSpec:
         parts = text.split(":")
         if parts[0] == "random" and len(parts) == 1:
             return CurveSpec("random")
-        if parts[0] not in ("xgb", "gtuner") or len(parts) > 3 or (
+        if parts[0] not in ("xgb", "gtuner", "ensemble") or len(parts) > 3 or (
                 len(parts) == 3 and parts[2] != "pretrained"):
-            raise ValueError(f"bad model spec {text!r}: use random, xgb:FEATURES or "
-                             "gtuner:FEATURES, optionally ending in :pretrained")
+            raise ValueError(f"bad model spec {text!r}: use random, xgb:FEATURES, gtuner:FEATURES "
+                             "or ensemble:FEATURES, optionally ending in :pretrained")
         make_extractor(parts[1] if len(parts) > 1 else "knob")  # names unknown features
         return CurveSpec(parts[0], parts[1] if len(parts) > 1 else "knob", len(parts) == 3)
 
@@ -100,12 +100,14 @@ def default_specs() -> list[str]:
 def make_model(spec: CurveSpec, history: list[TaskData], seed: int, bank: FeatureBank):
     """A fresh cost model for ``spec``, pretrained on ``history`` when the spec says so.
     ``bank`` serves the history's costly feature rows from the dataset's feature store."""
-    from tensortune.cost_model import GTunerModel, Prescreened, XGBoostModel
+    from tensortune.cost_model import GTunerModel, Prescreened, XGBoostModel, default_ensemble
 
     if spec.tuner == "random":
         return None
     if spec.tuner == "xgb":
         model = XGBoostModel(bank.get(spec.features), seed=seed)
+    elif spec.tuner == "ensemble":
+        model = default_ensemble(bank.get(spec.features), seed=seed)
     else:
         model = GTunerModel(bank.get(spec.features), seed=seed)
     if spec.pretrained:

@@ -78,7 +78,7 @@ def tune_op(
     dilation: int = typer.Option(1, help="conv2d: dilation"),
     groups: int = typer.Option(1, help="conv2d: groups (= channels for depthwise)"),
     trials: int = typer.Option(256, help="measurement budget"),
-    tuner: str = typer.Option("xgb", help="xgb | gtuner | random | grid"),
+    tuner: str = typer.Option("xgb", help="xgb | gtuner | ensemble | random | grid"),
     features: str = typer.Option("knob", help="cost-model features, e.g. knob or knob+itervar"),
     search: str = typer.Option("sa", help="model-guided search: sa (annealing) | ga (genetic)"),
     prescreen: Optional[str] = typer.Option(
@@ -90,7 +90,7 @@ def tune_op(
 ):
     """Tune one operator on this CPU and report the best kernel found."""
     from .peers import fma_peak_gflops
-    from .tuner import SEARCHES, TUNERS, tune_task
+    from .tuner import MODEL_TUNERS, SEARCHES, TUNERS, tune_task
 
     try:
         workload = workload_from_options(op, m, n, k, b, batch, in_features, out_features, bias,
@@ -108,8 +108,9 @@ def tune_op(
         from .features import make_extractor
 
         try:
-            if tuner not in ("xgb", "gtuner"):
-                raise ValueError(f"--prescreen needs a model-guided tuner (xgb, gtuner), not {tuner!r}")
+            if tuner not in MODEL_TUNERS:
+                raise ValueError(f"--prescreen needs a model-guided tuner "
+                                 f"({', '.join(MODEL_TUNERS)}), not {tuner!r}")
             make_extractor(prescreen)
         except ValueError as err:
             console.print(f"[red]error:[/red] {err}")

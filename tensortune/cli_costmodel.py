@@ -193,14 +193,16 @@ def _report_table(title: str, reports) -> Table:
     from .costmodel_eval import METRICS
 
     table = Table(title=title, box=box.SIMPLE_HEAD)
-    for col in ("model", "features", *METRICS, "tasks", "skipped", "extract s", "fit s"):
+    # "top10 on": tasks with enough test records for top-10; fewer than "tasks" after finetune
+    for col in ("model", "features", *METRICS, "tasks", "top10 on", "skipped", "extract s",
+                "fit s"):
         table.add_column(col, justify="left" if col in ("model", "features") else "right",
                          no_wrap=True)
     for r in reports:
         mean = r.mean()
         table.add_row(r.model, r.features, *(_metric(mean[m]) for m in METRICS),
-                      str(len(r.scores)), str(len(r.skipped)), f"{r.extract_s:.1f}",
-                      f"{r.fit_s:.1f}")
+                      str(len(r.scores)), str(r.counts().get("top10", 0)), str(len(r.skipped)),
+                      f"{r.extract_s:.1f}", f"{r.fit_s:.1f}")
     return table
 
 
@@ -238,7 +240,7 @@ def _run(fn, **kw):
 @costmodel_app.command("eval")
 def eval_cmd(
     dataset: Path = typer.Option(..., help="dataset records file"),
-    model: str = typer.Option("xgb-rank", help="xgb-rank | xgb-reg | gtuner"),
+    model: str = typer.Option("xgb-rank", help="xgb-rank | xgb-reg | gtuner | ensemble"),
     features: str = typer.Option("knob+itervar", help="e.g. knob, itervar, curve, knob+itervar"),
     split: str = typer.Option("by-task", help="by-task (transfer to unseen tasks) | within-task"),
     holdout: Optional[str] = typer.Option(None, help="by-task: comma-separated held-out task "
@@ -276,7 +278,7 @@ def eval_cmd(
 @costmodel_app.command("compare")
 def compare_cmd(
     dataset: Path = typer.Option(..., help="dataset records file"),
-    models: str = typer.Option("xgb-rank,xgb-reg,gtuner", help="comma-separated cost models"),
+    models: str = typer.Option("xgb-rank,xgb-reg,gtuner", help="comma-separated cost models (ensemble too)"),
     features: Optional[str] = typer.Option(None, help="comma-separated feature sets (default: "
                                            "knob, itervar, curve, knob+itervar, and the "
                                            "hardware ones when available)"),

@@ -35,7 +35,7 @@ from .cost_model.metrics import pairwise_accuracy, pearson, spearman, topk_ratio
 from .dataset import Dataset, TaskData
 from .features import ConcatFeatures, FeatureExtractor
 
-MODELS = ("xgb-rank", "xgb-reg", "gtuner")
+MODELS = ("xgb-rank", "xgb-reg", "gtuner", "ensemble")
 SPLITS = ("by-task", "within-task")
 TOPK = (10, 50)
 MIN_SCORED = 5  # fewer successful test records than this make no meaningful correlation
@@ -45,8 +45,9 @@ ModelFactory = Callable[[FeatureExtractor], object]
 
 
 def make_model(name: str, extractor: FeatureExtractor, seed: int = 0, label: str | None = None):
-    """A fresh cost model by name: ``xgb-rank``, ``xgb-reg`` or ``gtuner``, trained on ``label``
-    (``relative`` or ``absolute`` throughput; None: the model's default)."""
+    """A fresh cost model by name: ``xgb-rank``, ``xgb-reg``, ``gtuner`` or ``ensemble`` (the
+    last two together), trained on ``label`` (``relative`` or ``absolute`` throughput; None: the
+    model's default)."""
     options = {"seed": seed} if label is None else {"seed": seed, "label": label}
     if name in ("xgb-rank", "xgb-reg"):
         from .cost_model import XGBoostModel
@@ -56,6 +57,10 @@ def make_model(name: str, extractor: FeatureExtractor, seed: int = 0, label: str
         from .cost_model import GTunerModel
 
         return GTunerModel(extractor, **options)
+    if name == "ensemble":
+        from .cost_model import default_ensemble
+
+        return default_ensemble(extractor, **options)
     raise ValueError(f"unknown cost model {name!r}; choose one of {', '.join(MODELS)}")
 
 
@@ -248,9 +253,15 @@ class EvalReport:
             out[m] = float(np.mean(values)) if values else None
         return out
 
+    def counts(self) -> dict[str, int]:
+        """How many tasks each metric was averaged over: top-k needs 2k test records, so after
+        fine-tuning it may cover only the larger tasks (and judge them on smaller pools)."""
+        return {m: sum(s.metric(m) is not None for s in self.scores) for m in METRICS}
+
     def to_json(self) -> dict:
         return {"model": self.model, "features": self.features, "split": self.split,
                 "finetune": self.finetune, "mean": {k: _round(v) for k, v in self.mean().items()},
+                "counts": self.counts(),
                 "tasks": [s.to_json() for s in self.scores],
                 "skipped": [{"task": t, "reason": r} for t, r in self.skipped],
                 "extract_s": round(self.extract_s, 2), "fit_s": round(self.fit_s, 2),

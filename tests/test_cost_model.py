@@ -190,6 +190,14 @@ def test_a_prescreened_model_saves_loads_and_predicts_like_its_costly_part(tmp_p
     np.testing.assert_allclose(back.predict(inputs), model.predict(inputs), rtol=1e-6)
     np.testing.assert_allclose(back.prescreen.predict(inputs), model.prescreen.predict(inputs),
                                rtol=1e-6)
+    # files of version 1 named the parts at the top level
+    import json
+
+    doc = json.loads((tmp_path / "m.json").read_text())
+    (tmp_path / "m.json").write_text(json.dumps({"format": doc["format"], "version": 1,
+                                                 "shortlist": 5, **doc["parts"]}))
+    np.testing.assert_allclose(Prescreened.load(tmp_path / "m.json").predict(inputs),
+                               model.predict(inputs), rtol=1e-6)
     (tmp_path / "bad.json").write_text("{}")
     with pytest.raises(ValueError, match="not a tensortune prescreened model"):
         Prescreened.load(tmp_path / "bad.json")

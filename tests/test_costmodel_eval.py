@@ -214,6 +214,9 @@ def test_finetuning_alone_scores_a_task_without_peers(dataset, bank):
     assert s.task == "conv" and s.n_train == 8 and s.n_test == PER_TASK - 8
     assert s.note.startswith("no transfer")
     _in_range(report)
+    # 32 test records can't yield a top-50 (needs 100) but do a top-10: counts say so
+    assert report.counts() == {"pearson": 1, "spearman": 1, "pairwise": 1, "top10": 1, "top50": 0}
+    assert report.to_json()["counts"]["top50"] == 0
 
 
 def test_finetuning_on_almost_every_record_skips_the_task_instead_of_scoring_two(dataset, bank):

@@ -1,6 +1,8 @@
 """The cost-model contract and the training labels every model shares."""
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol, runtime_checkable
@@ -69,3 +71,45 @@ def pairwise_accuracy(scores: np.ndarray, truth: np.ndarray) -> float:
     mask = dt > 0
     total = int(mask.sum())
     return float((ds[mask] > 0).sum() / total) if total else 1.0
+
+
+# -- files of models made of models (Prescreened, EnsembleModel) --------------------------------------
+
+def write_parts(path: Path, models: dict, doc: dict) -> None:
+    """Save each of ``models`` (role -> model) beside ``path`` as ``<path>.<role>`` and write
+    ``doc`` plus ``{"parts": {role: {"class", "file"}}}`` at ``path``, atomically."""
+    parts = {}
+    for role, model in models.items():
+        file = path.with_name(f"{path.name}.{role}")
+        model.save(file)
+        parts[role] = {"class": type(model).__name__, "file": file.name}
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps({**doc, "parts": parts}))
+    os.replace(tmp, path)
+
+
+def read_parts(path: Path, fmt: str, what: str, extractors: dict,
+               default=None) -> tuple[dict, dict]:
+    """The document written by ``write_parts`` (its ``format`` must be ``fmt``) and its models
+    loaded by role, each given ``extractors.get(role, default)`` (None: rebuilt by name). Files of
+    version 1 kept the roles at the top level."""
+    from . import GTunerModel, XGBoostModel
+
+    classes = {c.__name__: c for c in (GTunerModel, XGBoostModel)}
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise ValueError(f"{path}: not a tensortune {what} model ({err})") from err
+    if not isinstance(doc, dict) or doc.get("format") != fmt:
+        raise ValueError(f"{path}: not a tensortune {what} model")
+    parts = doc.get("parts") or {k: v for k, v in doc.items()
+                                 if isinstance(v, dict) and "class" in v and "file" in v}
+    if not parts:
+        raise ValueError(f"{path}: a tensortune {what} model file that names no models")
+    models = {}
+    for role, entry in parts.items():
+        if entry["class"] not in classes:
+            raise ValueError(f"{path}: unknown {role} model class {entry['class']!r}")
+        models[role] = classes[entry["class"]].load(path.with_name(entry["file"]),
+                                                    extractors.get(role, default))
+    return doc, models

@@ -12,14 +12,13 @@ ordinary cost model whose ``predict`` is the costly one's.
 """
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
 from ..measure.types import MeasureInput, MeasureResult
+from .base import read_parts, write_parts
 
 FORMAT = "tensortune.prescreened"
 
@@ -55,39 +54,14 @@ class Prescreened:
     def save(self, path: str | Path) -> None:
         """Write both models beside ``path`` (``<path>.prescreen``, ``<path>.costly``) and a
         small JSON file at ``path`` naming them."""
-        path = Path(path)
-        parts = {}
-        for role in ("prescreen", "costly"):
-            model = getattr(self, role)
-            file = path.with_name(f"{path.name}.{role}")
-            model.save(file)
-            parts[role] = {"class": type(model).__name__, "file": file.name}
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps({"format": FORMAT, "version": 1, "shortlist": self.shortlist,
-                                   **parts}))
-        os.replace(tmp, path)
+        write_parts(Path(path), {"prescreen": self.prescreen, "costly": self.costly},
+                    {"format": FORMAT, "version": 2, "shortlist": self.shortlist})
 
     @classmethod
     def load(cls, path: str | Path, extractor=None) -> "Prescreened":
-        """Read a model written by ``save`` (each part rebuilds its extractor by name)."""
-        from . import GTunerModel, XGBoostModel
-
-        classes = {c.__name__: c for c in (GTunerModel, XGBoostModel)}
-        path = Path(path)
-        try:
-            doc = json.loads(path.read_text())
-        except (OSError, ValueError) as err:
-            raise ValueError(f"{path}: not a tensortune prescreened model ({err})") from err
-        if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-            raise ValueError(f"{path}: not a tensortune prescreened model")
-        parts = []
-        for role in ("prescreen", "costly"):
-            entry = doc[role]
-            if entry["class"] not in classes:
-                raise ValueError(f"{path}: unknown {role} model class {entry['class']!r}")
-            parts.append(classes[entry["class"]].load(
-                path.with_name(entry["file"]), extractor if role == "costly" else None))
-        return cls(parts[0], parts[1], int(doc["shortlist"]))
+        """Read a model written by ``save`` (the cheap part rebuilds its extractor by name)."""
+        doc, parts = read_parts(Path(path), FORMAT, "prescreened", {"costly": extractor})
+        return cls(parts["prescreen"], parts["costly"], int(doc["shortlist"]))
 
 
 __all__ = ["Prescreened"]

@@ -13,15 +13,16 @@ from ..workload import Task, missing_host_features
 from .evaluator import Evaluator
 from .loop import TuneLoop, TuneResult
 
-TUNERS = ("xgb", "gtuner", "random", "grid")
+TUNERS = ("xgb", "gtuner", "ensemble", "random", "grid")
+MODEL_TUNERS = ("xgb", "gtuner", "ensemble")
 SEARCHES = ("sa", "ga")
 
 
 def make_loop(tuner: str, space, settings: Settings, features: str = "knob",
               objective: str = "rank", search: str = "sa", model=None,
               prescreen: str | None = None) -> TuneLoop:
-    """A ``TuneLoop`` for a tuner name: ``xgb`` (XGBoost) or ``gtuner`` (graph attention network)
-    guiding ``search`` (``sa`` annealing or ``ga`` genetic), or model-free ``random`` / ``grid``.
+    """A ``TuneLoop`` for a tuner name: ``xgb`` (XGBoost), ``gtuner`` (graph attention network)
+    or ``ensemble`` (both, ``cost_model.default_ensemble``) guiding ``search`` (``sa`` annealing or ``ga`` genetic), or model-free ``random`` / ``grid``.
 
     ``model`` replaces the tuner's fresh cost model, e.g. one pretrained on other tasks.
     ``prescreen`` (cheap features, e.g. ``itervar``) makes the search walk on XGBoost over those
@@ -32,8 +33,13 @@ def make_loop(tuner: str, space, settings: Settings, features: str = "knob",
 
     if search not in SEARCHES:
         raise ValueError(f"unknown search {search!r}; choose one of {', '.join(SEARCHES)}")
-    if tuner in ("xgb", "gtuner"):
-        if model is None and tuner == "xgb":
+    if tuner in MODEL_TUNERS:
+        if model is None and tuner == "ensemble":
+            from ..cost_model import default_ensemble
+            from ..features import make_extractor
+
+            model = default_ensemble(make_extractor(features), seed=settings.seed)
+        elif model is None and tuner == "xgb":
             from ..cost_model import XGBoostModel
             from ..features import make_extractor
 
@@ -51,7 +57,8 @@ def make_loop(tuner: str, space, settings: Settings, features: str = "knob",
         return TuneLoop(space, STRATEGIES[search], model, settings.search, settings.seed)
     if tuner in ("random", "grid"):
         if prescreen:
-            raise ValueError(f"prescreen needs a model-guided tuner (xgb, gtuner), not {tuner!r}")
+            raise ValueError(f"prescreen needs a model-guided tuner ({', '.join(MODEL_TUNERS)}), "
+                             f"not {tuner!r}")
         return TuneLoop(space, STRATEGIES[tuner], None, settings.search, settings.seed)
     raise ValueError(f"unknown tuner {tuner!r}; choose one of {', '.join(TUNERS)}")
 
