@@ -47,7 +47,7 @@ from tensortune.dataset import Dataset, TaskData, features_path, load_dataset, s
 from tensortune.features import EXTRACTORS, make_extractor
 from tensortune.features.store import FeatureStore
 from tensortune.settings import MeasureSettings, SearchSettings, Settings
-from tensortune.tuner import tune_task
+from tensortune.tuner import MODEL_TUNERS, fresh_model, tune_task
 from tensortune.workload import Task, default_target, missing_host_features
 
 REACH = 0.95  # "reached": within this fraction of the best known throughput
@@ -79,7 +79,7 @@ class CurveSpec:
         parts = text.split(":")
         if parts[0] == "random" and len(parts) == 1:
             return CurveSpec("random")
-        if parts[0] not in ("xgb", "gtuner", "ensemble") or len(parts) > 3 or (
+        if parts[0] not in MODEL_TUNERS or len(parts) > 3 or (
                 len(parts) == 3 and parts[2] != "pretrained"):
             raise ValueError(f"bad model spec {text!r}: use random, xgb:FEATURES, gtuner:FEATURES "
                              "or ensemble:FEATURES, optionally ending in :pretrained")
@@ -100,23 +100,18 @@ def default_specs() -> list[str]:
 def make_model(spec: CurveSpec, history: list[TaskData], seed: int, bank: FeatureBank):
     """A fresh cost model for ``spec``, pretrained on ``history`` when the spec says so.
     ``bank`` serves the history's costly feature rows from the dataset's feature store."""
-    from tensortune.cost_model import GTunerModel, Prescreened, XGBoostModel, default_ensemble
+    from tensortune.cost_model import Prescreened
 
     if spec.tuner == "random":
         return None
-    if spec.tuner == "xgb":
-        model = XGBoostModel(bank.get(spec.features), seed=seed)
-    elif spec.tuner == "ensemble":
-        model = default_ensemble(bank.get(spec.features), seed=seed)
-    else:
-        model = GTunerModel(bank.get(spec.features), seed=seed)
+    model = fresh_model(spec.tuner, bank.get(spec.features), seed)
     if spec.pretrained:
         # computing costly rows for thousands of history records would dwarf the run itself
         own = [d for d in history if bank.stored(spec.features, d)]
         model.pretrain([i for d in own for i in d.inputs], [r for d in own for r in d.results])
     if not spec.costly:
         return model
-    cheap = XGBoostModel(bank.get(PRESCREEN), seed=seed)
+    cheap = fresh_model("xgb", bank.get(PRESCREEN), seed)
     if spec.pretrained:
         cheap.pretrain([i for d in history for i in d.inputs],
                        [r for d in history for r in d.results])

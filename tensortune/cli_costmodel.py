@@ -278,7 +278,8 @@ def eval_cmd(
 @costmodel_app.command("compare")
 def compare_cmd(
     dataset: Path = typer.Option(..., help="dataset records file"),
-    models: str = typer.Option("xgb-rank,xgb-reg,gtuner", help="comma-separated cost models (ensemble too)"),
+    models: str = typer.Option("xgb-rank,xgb-reg,gtuner",
+                               help="comma-separated cost models (ensemble too)"),
     features: Optional[str] = typer.Option(None, help="comma-separated feature sets (default: "
                                            "knob, itervar, curve, knob+itervar, and the "
                                            "hardware ones when available)"),

@@ -18,41 +18,45 @@ MODEL_TUNERS = ("xgb", "gtuner", "ensemble")
 SEARCHES = ("sa", "ga")
 
 
+def fresh_model(tuner: str, extractor, seed: int = 0, objective: str = "rank"):
+    """An untrained cost model for a model-guided tuner name (``MODEL_TUNERS``) on ``extractor``:
+    XGBoost (``objective`` rank or reg), GTuner, or both (``cost_model.default_ensemble``)."""
+    from ..cost_model import GTunerModel, XGBoostModel, default_ensemble
+
+    if tuner == "xgb":
+        return XGBoostModel(extractor, objective=objective, seed=seed)
+    if tuner == "gtuner":
+        return GTunerModel(extractor, seed=seed)
+    if tuner == "ensemble":
+        return default_ensemble(extractor, seed=seed)
+    raise ValueError(f"unknown model-guided tuner {tuner!r}; choose one of "
+                     f"{', '.join(MODEL_TUNERS)}")
+
+
 def make_loop(tuner: str, space, settings: Settings, features: str = "knob",
               objective: str = "rank", search: str = "sa", model=None,
               prescreen: str | None = None) -> TuneLoop:
     """A ``TuneLoop`` for a tuner name: ``xgb`` (XGBoost), ``gtuner`` (graph attention network)
-    or ``ensemble`` (both, ``cost_model.default_ensemble``) guiding ``search`` (``sa`` annealing or ``ga`` genetic), or model-free ``random`` / ``grid``.
+    or ``ensemble`` (both) guiding ``search`` (``sa`` annealing or ``ga`` genetic), or
+    model-free ``random`` / ``grid``.
 
     ``model`` replaces the tuner's fresh cost model, e.g. one pretrained on other tasks.
     ``prescreen`` (cheap features, e.g. ``itervar``) makes the search walk on XGBoost over those
     features and the model pick each batch from its shortlist (``cost_model.Prescreened``): the
     way to tune with features that compile every candidate (``hardware``).
     """
+    from ..features import make_extractor
     from ..search import STRATEGIES
 
     if search not in SEARCHES:
         raise ValueError(f"unknown search {search!r}; choose one of {', '.join(SEARCHES)}")
     if tuner in MODEL_TUNERS:
-        if model is None and tuner == "ensemble":
-            from ..cost_model import default_ensemble
-            from ..features import make_extractor
-
-            model = default_ensemble(make_extractor(features), seed=settings.seed)
-        elif model is None and tuner == "xgb":
-            from ..cost_model import XGBoostModel
-            from ..features import make_extractor
-
-            model = XGBoostModel(make_extractor(features), objective=objective, seed=settings.seed)
-        elif model is None:
-            from ..cost_model import GTunerModel
-
-            model = GTunerModel(features, seed=settings.seed)
+        if model is None:
+            model = fresh_model(tuner, make_extractor(features), settings.seed, objective)
         if prescreen:
-            from ..cost_model import Prescreened, XGBoostModel
-            from ..features import make_extractor
+            from ..cost_model import Prescreened
 
-            cheap = XGBoostModel(make_extractor(prescreen), objective=objective, seed=settings.seed)
+            cheap = fresh_model("xgb", make_extractor(prescreen), settings.seed, objective)
             model = Prescreened(cheap, model)
         return TuneLoop(space, STRATEGIES[search], model, settings.search, settings.seed)
     if tuner in ("random", "grid"):
