@@ -103,25 +103,19 @@ FAST = Settings(measure=MeasureSettings(number=2, repeat=2, min_repeat_ms=5, run
                 search=SearchSettings(batch_size=8, sa_chains=16, sa_steps=20))
 
 
-def _untuned_seconds(workload, target):
-    """The default (unscheduled) TVM build of the workload, timed the same way."""
-    import tvm
-
-    from tensortune.peers import time_tvm_module
-
-    module = tvm.compile(tvm.IRModule({"main": workload.prim_func()}), target=tvm.target.Target(target)).jit()
-    return time_tvm_module(module, workload, "untuned", repeat=3, min_repeat_ms=20)
-
-
-def test_real_tuning_beats_untuned_default_and_resumes(tmp_path):
+def test_real_tuning_records_every_measurement_and_resumes(tmp_path):
+    # Speed against peers is a benchmark's claim (benchmarks/bench_ops.py); here: real builds and
+    # runs, every one recorded, the reported best is the best record and it was verified.
     task = Task(Matmul(m=128, n=128, k=128), default_target(2))
     log = tmp_path / "mm.jsonl"
     first = tune_task(task, 16, tuner="xgb", log=log, settings=FAST)
     assert first.trials == 16 and first.best_config is not None
     lines = log.read_text().splitlines()
     assert len(lines) == 16 + first.invalid and all(json.loads(x)["v"] == 1 for x in lines)
-    untuned = _untuned_seconds(task.workload, task.target)
-    assert first.best_cost < untuned / 5, (first.best_cost, untuned)
+    ok = [r for r in load_records(log) if r.error.value == "none"]
+    best = min(ok, key=lambda r: float(np.mean(r.costs)))
+    assert best.config == first.best_config and best.verified
+    assert math.isclose(float(np.mean(best.costs)), first.best_cost, rel_tol=1e-9)
 
     # A killed run resumes: the log's configs are skipped, the budget is for new ones.
     with log.open("a") as f:
