@@ -175,12 +175,18 @@ def features_cmd(
         console.print(f"{name}: computed {done} rows into {store.directory}")
 
 
-def _bank(dataset: Path, use_store: bool):
+def _bank(dataset: Path, use_store: bool, history: Path | None = None):
     from .costmodel_eval import FeatureBank
     from .dataset import features_path
     from .features.store import FeatureStore
 
-    return FeatureBank(FeatureStore(features_path(dataset)) if use_store else None)
+    also = [features_path(history)] if history is not None else []
+    return FeatureBank(FeatureStore(features_path(dataset), also=also) if use_store else None)
+
+
+HISTORY_HELP = ("by-task: pretrain on this dataset's tasks (e.g. another machine's records) and "
+                "score every task of --dataset (or of --holdout)")
+TWINS_HELP = "with --history: keep its twins of the scored tasks (same shapes) in pretraining"
 
 
 # -- cost models -----------------------------------------------------------------------------------
@@ -253,6 +259,8 @@ def eval_cmd(
                                "the dataset's feature store"),
     label: Optional[str] = typer.Option(None, help="training labels: relative (per-task best, "
                                         "AutoTVM's) | absolute (TFLOP/s); default: the model's"),
+    history: Optional[Path] = typer.Option(None, help=HISTORY_HELP),
+    history_twins: bool = typer.Option(False, help=TWINS_HELP),
     as_json: bool = typer.Option(False, "--json", help="end with one JSON object on stdout"),
 ):
     """Fit one cost model and report Pearson, Spearman, pairwise accuracy and top-k ratios."""
@@ -263,8 +271,9 @@ def eval_cmd(
     ds = _load(dataset)
     report = _run(evaluate, dataset=ds, model=model, features=features, split=split,
                   holdout=_names(holdout or ""), folds=folds, finetune=finetune,
-                  train_fraction=train_fraction, seed=seed, bank=_bank(dataset, store),
-                  label=label, on_progress=lambda name: console.print(f"  scored {name}"))
+                  train_fraction=train_fraction, seed=seed, bank=_bank(dataset, store, history),
+                  label=label, on_progress=lambda name: console.print(f"  scored {name}"),
+                  history=_load(history) if history else None, history_twins=history_twins)
     _print_wide(_task_table(report))
     for s in report.scores:
         if s.note:
@@ -293,6 +302,8 @@ def compare_cmd(
                                "the dataset's feature store"),
     label: Optional[str] = typer.Option(None, help="training labels: relative (per-task best, "
                                         "AutoTVM's) | absolute (TFLOP/s); default: the model's"),
+    history: Optional[Path] = typer.Option(None, help=HISTORY_HELP),
+    history_twins: bool = typer.Option(False, help=TWINS_HELP),
     as_json: bool = typer.Option(False, "--json", help="end with one JSON line on stdout"),
 ):
     """Every model x feature combination on one dataset, in one table."""
@@ -304,7 +315,8 @@ def compare_cmd(
         _fail(f"unknown cost model(s) {unknown or models!r}; choose from {', '.join(MODELS)}")
     feature_sets = _names(features) if features else list(default_feature_sets())
     ds = _load(dataset)
-    bank = _bank(dataset, store)
+    past = _load(history) if history else None
+    bank = _bank(dataset, store, history)
     reports = []
     for fs in feature_sets:
         for m in model_names:
@@ -312,15 +324,17 @@ def compare_cmd(
             reports.append(_run(evaluate, dataset=ds, model=m, features=fs, split=split,
                                 holdout=_names(holdout or ""), folds=folds, finetune=finetune,
                                 train_fraction=train_fraction, seed=seed, bank=bank,
-                                label=label))
+                                label=label, history=past, history_twins=history_twins))
     _print_wide(_report_table(f"{dataset}: {len(ds)} tasks, {split}"
+                              + (f", pretrained on {history}" if history else "")
                               + (f", finetune {finetune}" if finetune else ""), reports))
     notes = {(t, why) for r in reports for t, why in r.skipped}
     for task, reason in sorted(notes):
         console.print(f"  [yellow]skipped[/yellow] {task}: {reason}")
     if as_json:
         doc = {"dataset": str(dataset), "split": split, "finetune": finetune,
-               "holdout": _names(holdout or ""), "rows": [r.to_json() for r in reports]}
+               "holdout": _names(holdout or ""), "rows": [r.to_json() for r in reports],
+               "history": str(history) if history else None, "history_twins": history_twins}
         sys.stdout.write(json.dumps(doc) + "\n")
 
 

@@ -6,6 +6,9 @@ Two ways to split a ``Dataset``:
   tasks and never sees a held-out task except, with ``finetune=k``, ``k`` random records of it
   (then it is scored on the rest). Held-out tasks are named (``holdout``) or, by default, every
   task is held out once in ``folds`` task-level folds.
+  With a ``history`` dataset (e.g. records of another machine) the model is instead pretrained
+  on the history's tasks, less the twins of the scored tasks unless ``history_twins``, and
+  every task of ``dataset`` (or of ``holdout``) is scored.
 - ``within-task``: one model per task (of ``holdout``, if given), trained on a random
   ``train_fraction`` of its records and scored on the rest (no transfer).
 
@@ -33,6 +36,7 @@ import numpy as np
 from .cost_model.base import normalized_throughput
 from .cost_model.metrics import pairwise_accuracy, pearson, spearman, topk_ratio
 from .dataset import Dataset, TaskData
+from .costmodel_splits import Fold, history_fold, record_split, task_folds
 from .features import ConcatFeatures, FeatureExtractor
 
 MODELS = ("xgb-rank", "xgb-reg", "gtuner", "ensemble")
@@ -137,55 +141,6 @@ def space_specific(features: str) -> bool:
     return "knob" in features.split("+")
 
 
-# -- splits ----------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Fold:
-    """Task indices into a dataset: trained on ``train``, scored on ``test``."""
-
-    train: tuple[int, ...]
-    test: tuple[int, ...]
-
-
-def task_folds(dataset: Dataset, holdout: Sequence[str] = (), folds: int = 4,
-               seed: int = 0) -> list[Fold]:
-    """By-task folds: one fold holding out ``holdout`` (task names or sources), or every task
-    held out once across ``folds`` random groups of tasks. Twins (tasks of one ``shape_key``:
-    the same operator and shapes fused differently) are never split between train and test."""
-    from .dataset import shape_key
-
-    n = len(dataset)
-    if n < 2:
-        raise ValueError(f"a by-task split needs at least 2 tasks, the dataset has {n}")
-    keys = [shape_key(t.task.workload) for t in dataset]
-    if holdout:
-        test = tuple(dataset.match(holdout))
-        held = {keys[i] for i in test}
-        train = tuple(i for i in range(n) if i not in test and keys[i] not in held)
-        if not train:
-            raise ValueError("the holdout (and its twins) covers every task of the dataset: "
-                             "nothing to train on")
-        return [Fold(train, test)]
-    if folds < 2:
-        raise ValueError(f"folds must be at least 2, got {folds}")
-    groups: dict[tuple, list[int]] = {}
-    for i, key in enumerate(keys):
-        groups.setdefault(key, []).append(i)
-    members = list(groups.values())
-    if len(members) < 2:
-        raise ValueError("every task of the dataset is a twin of every other: no by-task split")
-    bins: list[list[int]] = [[] for _ in range(min(folds, len(members)))]
-    for g in np.random.default_rng(seed).permutation(len(members)):
-        min(bins, key=len).extend(members[g])  # the smallest fold takes the next group
-    return [Fold(tuple(i for i in range(n) if i not in b), tuple(sorted(b))) for b in bins]
-
-
-def record_split(n: int, n_first: int, seed: int) -> tuple[list[int], list[int]]:
-    """A random split of ``n`` records into ``n_first`` and the rest (both in record order)."""
-    order = np.random.default_rng(seed).permutation(n)
-    return sorted(int(i) for i in order[:n_first]), sorted(int(i) for i in order[n_first:])
-
-
 # -- scores ----------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -279,10 +234,13 @@ def evaluate(dataset: Dataset, model: str | ModelFactory, features: str, split: 
              train_fraction: float = 0.5, seed: int = 0, bank: FeatureBank | None = None,
              ks: Sequence[int] = TOPK, keep_predictions: bool = False,
              on_progress: Callable[[str], None] | None = None,
-             label: str | None = None) -> EvalReport:
+             label: str | None = None, history: Dataset | None = None,
+             history_twins: bool = False) -> EvalReport:
     """Fit and score ``model`` (a name of ``MODELS`` or ``factory(extractor) -> model``) with
     ``features`` on ``dataset`` split as ``split`` (see the module docstring).
 
+    ``history`` pretrains on another dataset's tasks instead of folds of this one (see the
+    module docstring).
     ``label`` picks the training labels of a named model (see ``make_model``); the report's
     model name then says which. With ``keep_predictions`` the report's ``predictions`` maps each scored task to
     ``(scores, results)`` for plots.
@@ -291,6 +249,8 @@ def evaluate(dataset: Dataset, model: str | ModelFactory, features: str, split: 
         raise ValueError(f"unknown split {split!r}; choose one of {', '.join(SPLITS)}")
     if finetune < 0:
         raise ValueError(f"finetune must be >= 0, got {finetune}")
+    if history is not None and split != "by-task":
+        raise ValueError("a history dataset pretrains for the by-task split only")
     if split == "within-task" and not 0.0 < train_fraction < 1.0:
         raise ValueError(f"train_fraction must be in (0, 1), got {train_fraction}")
     if isinstance(model, str) and model not in MODELS:
@@ -309,6 +269,10 @@ def evaluate(dataset: Dataset, model: str | ModelFactory, features: str, split: 
     run = _Run(factory, extractor, ks, keep_predictions, on_progress or (lambda _: None))
     if split == "within-task":
         tasks, by_task_folds = (dataset.select(holdout) if holdout else dataset), []
+    elif history is not None:
+        dataset, fold = history_fold(history, dataset.select(holdout) if holdout else dataset,
+                                     history_twins)
+        tasks, by_task_folds = dataset, [fold]
     else:
         tasks, by_task_folds = dataset, task_folds(dataset, holdout, folds, seed)
     start = time.perf_counter()
@@ -423,4 +387,4 @@ def _by_task_fold(run: _Run, dataset: Dataset, fold: Fold, features: str, finetu
 
 __all__ = ["MODELS", "SPLITS", "TOPK", "MIN_SCORED", "METRICS", "make_model", "available_features",
            "default_feature_sets", "FeatureBank", "space_specific", "Fold", "task_folds",
-           "record_split", "TaskScore", "score_task", "EvalReport", "evaluate", "compare"]
+           "history_fold", "record_split", "TaskScore", "score_task", "EvalReport", "evaluate", "compare"]

@@ -47,13 +47,16 @@ def law(config, flops: int) -> float:
     return flops / 1e9 / (40 * 2 ** -penalty)
 
 
-def write_synthetic(path, per_task: int = PER_TASK, seed: int = 0) -> None:
-    """Records of the four tasks; every 10th record of ``mm_a`` is a runtime error."""
+def write_synthetic(path, per_task: int = PER_TASK, seed: int = 0, target=TARGET,
+                    names=tuple(WORKLOADS)) -> None:
+    """Records of the four tasks (or ``names``); every 10th record of ``mm_a`` is a runtime
+    error."""
     rng = np.random.default_rng(seed)
     infos = []
     with RecordWriter(path) as writer:
-        for name, workload in WORKLOADS.items():
-            task = Task(workload, TARGET)
+        for name in names:
+            workload = WORKLOADS[name]
+            task = Task(workload, target)
             infos.append(TaskInfo(task.key, name, op_kind(workload), "synthetic"))
             for i, cfg in enumerate(task_space(task).sample_many(per_task, rng)):
                 if name == "mm_a" and i % 10 == 9:
@@ -161,6 +164,30 @@ def _twin_dataset(tmp_path):
                 writer.append(MeasureInput(task, cfg), MeasureResult((1e-5,)))
     write_manifest(path, infos)
     return path
+
+
+def test_a_history_dataset_pretrains_and_every_task_of_the_other_is_scored(dataset, tmp_path):
+    """Another machine's records (same law, other target) as the history of two tasks."""
+    path = tmp_path / "other.jsonl"
+    write_synthetic(path, seed=3, target={**TARGET, "mcpu": "znver3"}, names=("mm_a", "conv"))
+    other = load_dataset(path)
+    report = evaluate(other, "xgb-reg", "itervar", history=dataset, bank=FeatureBank())
+    _in_range(report)
+    assert sorted(s.task for s in report.scores) == ["conv", "mm_a"]
+    # the history's mm_a and conv are the scored tasks' twins: pretrained on mm_b and dense
+    assert all(s.n_train == 2 * PER_TASK for s in report.scores)
+    assert report.mean()["spearman"] > 0.5  # the law carries over from the other machine
+    twins = evaluate(other, "xgb-reg", "itervar", history=dataset, history_twins=True,
+                     holdout=["conv"], bank=FeatureBank())
+    (s,) = twins.scores
+    assert s.task == "conv" and s.n_train == 4 * PER_TASK
+    tuned = evaluate(other, "xgb-reg", "itervar", history=dataset, finetune=8, bank=FeatureBank())
+    assert [(s.n_train, s.n_test + s.n_failed) for s in tuned.scores] == \
+        [(2 * PER_TASK + 8, PER_TASK - 8)] * 2
+    with pytest.raises(ValueError, match="by-task split only"):
+        evaluate(other, "xgb-reg", "itervar", split="within-task", history=dataset)
+    with pytest.raises(ValueError, match="nothing to pretrain on"):
+        evaluate(dataset, "xgb-reg", "itervar", history=other)
 
 
 def test_knob_features_are_space_specific():
@@ -291,6 +318,19 @@ def test_cli_compare_json_has_a_row_per_combination(cli, dataset_path):
     for row in doc["rows"]:
         assert [t["task"] for t in row["tasks"]] == ["mm_a"]
         assert -1.0 <= row["mean"]["pearson"] <= 1.0
+
+
+def test_cli_compare_pretrains_on_a_history_dataset(cli, dataset_path, tmp_path):
+    other = tmp_path / "other.jsonl"
+    write_synthetic(other, seed=5, target={**TARGET, "mcpu": "znver3"}, names=("dense",))
+    result = CliRunner().invoke(cli, ["costmodel", "compare", "--dataset", str(other),
+                                      "--history", str(dataset_path), "--models", "xgb-reg",
+                                      "--features", "itervar", "--json"])
+    assert result.exit_code == 0, result.output
+    doc = _last_json(result.stdout)
+    assert doc["history"] == str(dataset_path) and not doc["history_twins"]
+    (row,) = doc["rows"]
+    assert [(t["task"], t["n_train"]) for t in row["tasks"]] == [("dense", 3 * PER_TASK)]
 
 
 def test_cli_refuses_unknown_models_and_features(cli, dataset_path):

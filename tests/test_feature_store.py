@@ -65,6 +65,19 @@ def test_stored_rows_are_computed_once_and_survive_a_new_store(tmp_path):
     assert len(read_only) == 8 and len(FeatureStore(tmp_path).wrap(Counting())) == 6
 
 
+def test_rows_of_another_store_are_served_but_never_written_there(tmp_path):
+    inputs = _inputs()
+    FeatureStore(tmp_path / "history").wrap(Counting()).extract(inputs[:4])
+    counting = Counting()
+    both = FeatureStore(tmp_path / "mine", also=[tmp_path / "history"]).wrap(counting)
+    assert len(both) == 4
+    rows = both.extract(inputs)
+    assert counting.calls == 2  # only the rows neither store has
+    np.testing.assert_allclose(rows, make_extractor("knob").extract(inputs), rtol=1e-5)
+    assert len(FeatureStore(tmp_path / "history").wrap(Counting())) == 4
+    assert len(FeatureStore(tmp_path / "mine").wrap(Counting())) == 2
+
+
 def test_a_torn_last_line_is_skipped_and_recomputed(tmp_path):
     inputs = _inputs(3)
     store = FeatureStore(tmp_path)

@@ -5,6 +5,7 @@ A store is a directory with one append-only JSON-lines file per extractor and ve
 ``<name>-v<version>.jsonl``; each line is ``{"task": task key, "config": config, "row": [...]}``.
 The task key already hashes workload, target, template and TVM version, so a row is never
 served for a candidate it was not computed for. A torn last line (a killed run) is skipped.
+A store may also read (never write) other stores' rows (``also``), e.g. a history dataset's.
 
     store = FeatureStore("data/cpu.features")
     hw = store.wrap(make_extractor("hardware"))
@@ -37,18 +38,19 @@ def _config_key(config: Config) -> str:
 class StoredExtractor:
     """``inner`` with its rows read from and appended to one file of a ``FeatureStore``."""
 
-    def __init__(self, inner, path: Path, read_only: bool = False):
+    def __init__(self, inner, path: Path, read_only: bool = False, also: Sequence[Path] = ()):
         self.inner = inner
         self.name = inner.name
         self.path = path
         self.read_only = read_only  # rows computed now are kept in memory only
         self._rows: dict[tuple[str, str], np.ndarray] = {}
-        self._load()
+        for source in (*also, path):
+            self._load(source)
 
-    def _load(self) -> None:
-        if not self.path.exists():
+    def _load(self, path: Path) -> None:
+        if not path.exists():
             return
-        with open(self.path, "rb") as f:
+        with open(path, "rb") as f:
             for lineno, raw in enumerate(f, start=1):
                 try:
                     obj = json.loads(raw)
@@ -56,7 +58,7 @@ class StoredExtractor:
                     config = json.dumps(obj["config"], sort_keys=True, separators=(",", ":"))
                     self._rows[(str(obj["task"]), config)] = row
                 except (ValueError, KeyError, TypeError) as err:
-                    log.warning("%s:%d: skipping corrupt feature row: %s", self.path, lineno, err)
+                    log.warning("%s:%d: skipping corrupt feature row: %s", path, lineno, err)
 
     def __len__(self) -> int:
         return len(self._rows)
@@ -97,11 +99,14 @@ class StoredExtractor:
 
 
 class FeatureStore:
-    """A directory of stored feature rows, one file per extractor name and version."""
+    """A directory of stored feature rows, one file per extractor name and version; rows of the
+    ``also`` directories are served too, and new rows are written to ``directory`` only."""
 
-    def __init__(self, directory: str | os.PathLike, read_only: bool = False):
+    def __init__(self, directory: str | os.PathLike, read_only: bool = False,
+                 also: Sequence[str | os.PathLike] = ()):
         self.directory = Path(directory)
         self.read_only = read_only
+        self.also = tuple(Path(d) for d in also)
         self._open: dict[str, StoredExtractor] = {}
 
     def path_for(self, extractor) -> Path:
@@ -112,7 +117,8 @@ class FeatureStore:
         path = self.path_for(extractor)
         stored = self._open.get(str(path))
         if stored is None:
-            stored = self._open[str(path)] = StoredExtractor(extractor, path, self.read_only)
+            stored = self._open[str(path)] = StoredExtractor(
+                extractor, path, self.read_only, tuple(d / path.name for d in self.also))
         return stored
 
 
