@@ -1,6 +1,7 @@
-"""The dataset kept in the repository (``data/cpu.jsonl.gz``, measured on the project machine):
-it loads, covers the task sources the cost-model evaluation needs, and its stored hardware rows
-match what the extractor computes now."""
+"""The datasets kept in the repository (``data/cpu.jsonl.gz``, measured on the Zen 5 project
+machine, and ``data/cpu-zen3.jsonl.gz``, ResNet-18's tasks on a Zen 3): they load, cover the
+task sources the cost-model evaluation needs, and their stored hardware rows cover every record
+and match what the extractor computes now."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -13,6 +14,7 @@ from tensortune.features import make_extractor
 from tensortune.features.store import FeatureStore
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "cpu.jsonl.gz"
+ZEN3 = DATA.with_name("cpu-zen3.jsonl.gz")
 
 
 @pytest.fixture(scope="module")
@@ -41,3 +43,16 @@ def test_stored_hardware_rows_match_the_extractor(dataset):
     assert len(inputs) == 3, "the feature store lacks conv2d_C7's rows"
     fresh = make_extractor("hardware").extract(inputs)
     np.testing.assert_allclose(stored.extract(inputs), fresh, rtol=1e-4, atol=1e-4)
+
+
+def test_the_zen3_dataset_is_resnet18_for_znver3_with_every_hardware_row_stored():
+    zen3 = load_dataset(ZEN3)
+    assert len(zen3) == 16 and {t.info.source for t in zen3} == {"resnet18"}
+    assert {t.task.target["mcpu"] for t in zen3} == {"znver3"}
+    assert all(t.n_ok >= 38 for t in zen3)
+    stored = FeatureStore(features_path(ZEN3), read_only=True).wrap(make_extractor("hardware"))
+    assert all(i in stored for t in zen3 for i in t.inputs)
+    data = zen3.get("resnet18.fused_matmul_add9")
+    np.testing.assert_allclose(stored.extract(data.inputs[:2]),
+                               make_extractor("hardware").extract(data.inputs[:2]),
+                               rtol=1e-4, atol=1e-4)
