@@ -29,6 +29,10 @@ class MeasureSettings:
     verify: str = "all"  # "all": check every candidate against numpy; "best": only new bests
     rtol: float = 1e-3
     atol: float = 1e-3
+    # CPU cores other processes (and other VMs, as steal time) kept busy while a candidate was
+    # timed; above this the timing is retried, since a busy neighbour distorts it 2-10x
+    max_contention: float = 0.5
+    contention_retries: int = 2
 
 
 @dataclass(frozen=True)

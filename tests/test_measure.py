@@ -193,3 +193,39 @@ def test_a_target_this_host_cannot_execute_is_refused_not_crashed_through(monkey
         build = BuildResult("/nonexistent.so", 0.1)
         (res,) = runner.run([inp], [build])
     assert res.error is ErrorKind.RUNTIME_ERROR and "znver5 uses avx512f" in res.message
+
+
+# -- contention ------------------------------------------------------------------------------------
+
+def test_contention_is_other_processes_busy_cores_over_a_long_enough_window():
+    from tensortune.measure.runner import contention
+
+    # 1 s of wall time, 1.5 s of machine CPU, 0.5 s of it ours: others kept one core busy
+    assert contention((0.0, 10.0, 1.0), (1.0, 11.5, 1.5)) == pytest.approx(1.0)
+    assert contention((0.0, 10.0, 1.0), (1.0, 10.2, 1.5)) == 0.0  # tick rounding, never < 0
+    assert contention((0.0, 10.0, 1.0), (0.05, 11.0, 1.0)) is None  # too short for 10 ms ticks
+    assert contention(None, (1.0, 11.5, 1.5)) is None
+
+
+def test_a_candidate_timed_beside_busy_processes_is_retimed_then_marked(builder, good):
+    import subprocess
+    import sys
+
+    # one kernel thread and one spinning neighbour: oversubscribed cores would make TVM's
+    # spinning thread pool crawl for seconds, which is the point but too slow for a test
+    settings = MeasureSettings(threads=1, run_timeout_s=20.0, number=1, repeat=2,
+                               min_repeat_ms=150, warmup=1, max_contention=0.5,
+                               contention_retries=1)
+    (build,) = builder.build([good])
+    spin = [subprocess.Popen([sys.executable, "-c", "while True: pass"])]
+    try:
+        time.sleep(0.5)
+        with LocalRunner(settings) as r:
+            (result,) = r.run([good], [build])
+    finally:
+        for p in spin:
+            p.kill()
+            p.wait()
+    assert result.ok and result.verified, result.message
+    assert "busy cores of other processes" in result.message
+    assert result.run_s >= 2 * 2 * 0.150  # both attempts' timing runs are counted
