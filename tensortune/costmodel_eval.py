@@ -35,8 +35,8 @@ import numpy as np
 
 from .cost_model.base import normalized_throughput
 from .cost_model.metrics import pairwise_accuracy, pearson, spearman, topk_ratio
-from .dataset import Dataset, TaskData
 from .costmodel_splits import Fold, history_fold, record_split, task_folds
+from .dataset import Dataset, TaskData
 from .features import ConcatFeatures, FeatureExtractor
 
 MODELS = ("xgb-rank", "xgb-reg", "gtuner", "ensemble")
@@ -387,4 +387,5 @@ def _by_task_fold(run: _Run, dataset: Dataset, fold: Fold, features: str, finetu
 
 __all__ = ["MODELS", "SPLITS", "TOPK", "MIN_SCORED", "METRICS", "make_model", "available_features",
            "default_feature_sets", "FeatureBank", "space_specific", "Fold", "task_folds",
-           "history_fold", "record_split", "TaskScore", "score_task", "EvalReport", "evaluate", "compare"]
+           "history_fold", "record_split", "TaskScore", "score_task", "EvalReport", "evaluate",
+           "compare"]

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .dataset import Dataset
+from .dataset import Dataset, shape_key
 
 
 @dataclass(frozen=True)
@@ -23,8 +23,6 @@ def task_folds(dataset: Dataset, holdout: Sequence[str] = (), folds: int = 4,
     """By-task folds: one fold holding out ``holdout`` (task names or sources), or every task
     held out once across ``folds`` random groups of tasks. Twins (tasks of one ``shape_key``:
     the same operator and shapes fused differently) are never split between train and test."""
-    from .dataset import shape_key
-
     n = len(dataset)
     if n < 2:
         raise ValueError(f"a by-task split needs at least 2 tasks, the dataset has {n}")
@@ -54,8 +52,6 @@ def task_folds(dataset: Dataset, holdout: Sequence[str] = (), folds: int = 4,
 def history_fold(history: Dataset, tests: Dataset, twins: bool = False) -> tuple[Dataset, Fold]:
     """One dataset of ``history``'s tasks then ``tests``'s, and the fold that trains on the
     former (less the twins of any test task, unless ``twins``) and scores the latter."""
-    from .dataset import shape_key
-
     held = {shape_key(t.task.workload) for t in tests}
     train = tuple(i for i, t in enumerate(history)
                   if twins or shape_key(t.task.workload) not in held)

@@ -46,8 +46,8 @@ def _data(workload, seed: int):
     return inputs, workload.reference(*inputs), workload.output_shape
 
 
-def _run_one(job: dict) -> tuple[str, tuple[float, ...], bool, str]:
-    """Worker side: ``(error kind, costs, verified, message)`` for one library."""
+def _run_one(job: dict) -> tuple[str, tuple[float, ...], bool, str, float | None]:
+    """Worker side: ``(error kind, costs, verified, message, contention)`` for one library."""
     import numpy as np
     import tvm
 
@@ -153,7 +153,8 @@ class LocalRunner:
             (reply,) = self._pool.map(_run_one, [job], s.run_timeout_s)
             run_s += time.perf_counter() - start
             busy = reply[4] if not isinstance(reply, JobFailure) else None
-            if busy is None or busy <= s.max_contention:
+            # only a successful timing is worth another try: a wrong result stays wrong
+            if busy is None or busy <= s.max_contention or reply[0] != ErrorKind.NONE.value:
                 return _to_result(reply, build_s, run_s, s.run_timeout_s)
             if least is None or busy < least[4]:
                 least = reply
