@@ -79,7 +79,7 @@ def collect(
     as_json: bool = typer.Option(False, "--json", help="end with one JSON summary line on stdout"),
 ):
     """Measure random and tuner-guided configs of many tasks into one records file."""
-    from .dataset import collect_dataset, resolve_tasks
+    from .dataset_collect import collect_dataset, resolve_tasks
     from .workload import default_target
 
     settings = dataclasses.replace(Settings.from_env(), seed=seed)
@@ -119,6 +119,48 @@ def collect(
     console.print(f"measured {sum(r['random'] + r['guided'] for r in rows)} new configs")
     if as_json:
         sys.stdout.write(json.dumps({"out": str(out), "tasks": rows}) + "\n")
+
+
+@dataset_app.command("remeasure")
+def remeasure(
+    dataset: Path = typer.Argument(..., help="dataset records file (appended; a .gz one is "
+                                   "unpacked while timing and packed at the end)"),
+    sessions: int = typer.Option(2, help="timing sessions per successful config, the first "
+                                 "included: 2 times each config once more"),
+    tasks: str = typer.Option("", help="comma-separated task names or sources (all when empty)"),
+    seed: int = typer.Option(0, help="seed of the shuffled timing order"),
+    as_json: bool = typer.Option(False, "--json", help="end with one JSON summary line on stdout"),
+):
+    """Time a dataset's configs again in a later session; loading pools each config's sessions,
+    so one disturbed session moves its cost less. Resumes where a killed run stopped."""
+    from .dataset_collect import remeasure_dataset
+
+    settings = dataclasses.replace(Settings.from_env(), seed=seed)
+    columns = [TextColumn("{task.description:<48}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn()]
+    with Progress(*columns, console=console) as progress:
+        bar = {}
+
+        def on_task(name, todo):
+            bar["id"] = progress.add_task(name[:48], total=todo)
+
+        try:
+            summary = remeasure_dataset(dataset, sessions, settings, _names(tasks),
+                                        callbacks=[lambda i, r: progress.advance(bar["id"])],
+                                        on_task=on_task)
+        except (KeyError, ValueError, FileNotFoundError) as err:
+            _fail(str(err.args[0]) if isinstance(err, KeyError) else str(err))
+    rows = [dataclasses.asdict(s) for s in summary]
+    table = Table(title=f"{dataset}: re-timed {sum(r['timed'] for r in rows)} configs")
+    for col in ("task", "configs", "timed", "failed", "spearman", "top10"):
+        table.add_column(col, justify="left" if col == "task" else "right")
+    for r in rows:
+        table.add_row(r["name"], str(r["configs"]), str(r["timed"]), str(r["failed"]),
+                      *("-" if r[m] is None else f"{r[m]:.3f}" for m in ("spearman", "top10")))
+    console.print(table)
+    if as_json:
+        sys.stdout.write(json.dumps({"dataset": str(dataset), "sessions": sessions,
+                                     "tasks": rows}) + "\n")
 
 
 @dataset_app.command("info")

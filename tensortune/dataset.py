@@ -2,12 +2,9 @@
 
 A dataset is an ordinary records log (so collection resumes like tuning does) plus a small
 manifest beside it, ``<name>.tasks.json``, naming each task: a short name, its operator kind and
-where it comes from (``benchmark`` or a zoo model). ``collect_dataset`` measures a mix of random
-configs (an unbiased view of the space) and XGBoost-guided ones (the fast region a tuner visits)
-for every task; ``load_dataset`` groups the records by task.
+where it comes from (``benchmark`` or a zoo model). ``load_dataset`` groups the records by task,
+pooling the sessions of a config timed more than once; ``dataset_collect`` measures them.
 
-    tasks = resolve_tasks(["benchmark", "resnet18"], target)
-    collect_dataset("data/cpu.jsonl.gz", tasks, per_task=48, settings=settings)
     ds = load_dataset("data/cpu.jsonl.gz")
     for t in ds: print(t.info.name, t.n_ok, t.best_gflops)
 """
@@ -21,7 +18,6 @@ from pathlib import Path
 
 from .measure.types import ErrorKind, MeasureInput, MeasureResult
 from .records import load_records
-from .settings import Settings
 from .workload import Conv2d, Dense, Matmul, PrimFuncWorkload, Task, Workload
 
 MANIFEST_FORMAT = "tensortune.dataset"
@@ -107,8 +103,8 @@ class TaskInfo:
 
 @dataclass(frozen=True)
 class TaskData:
-    """One task's measurements: distinct configs in file order (a repeated config keeps its
-    first record)."""
+    """One task's measurements: distinct configs in file order, each config's records pooled
+    by ``pool_results`` (``dataset remeasure`` times a config again in a later session)."""
 
     info: TaskInfo
     task: Task
@@ -245,6 +241,23 @@ def write_manifest(path: str | os.PathLike, infos: Sequence[TaskInfo]) -> None:
 
 # -- loading ---------------------------------------------------------------------------------------
 
+def pool_results(results: Sequence[MeasureResult]) -> MeasureResult:
+    """One result for a config timed in several sessions: the successful sessions' repeats
+    together, so its cost is the median over all of them and one disturbed session moves it
+    less. A wrong result in any session is kept (correctness is not noise); a config that
+    never ran keeps its first error."""
+    if len(results) == 1:
+        return results[0]
+    wrong = [r for r in results if r.error is ErrorKind.WRONG_RESULT]
+    good = [r for r in results if r.ok]
+    if wrong or not good:
+        return (wrong or list(results))[0]
+    return MeasureResult(tuple(c for r in good for c in r.costs), ErrorKind.NONE,
+                         "; ".join(dict.fromkeys(r.message for r in good if r.message)),
+                         good[0].build_s, sum(r.run_s for r in good),
+                         any(r.verified for r in good), good[-1].timestamp)
+
+
 def load_dataset(path: str | os.PathLike,
                  on_corrupt: Callable[[int, str], None] | None = None) -> Dataset:
     """The records of ``path`` grouped by task, named by the manifest when there is one."""
@@ -252,7 +265,7 @@ def load_dataset(path: str | os.PathLike,
     groups: dict[str, dict] = {}
     for rec in load_records(path, on_corrupt=on_corrupt):
         group = groups.setdefault(rec.task_key, {"task": rec.to_task(), "configs": {}})
-        group["configs"].setdefault(rec.config, rec.to_result())
+        group["configs"].setdefault(rec.config, []).append(rec.to_result())
     tasks, used = [], set()
     for key, group in groups.items():
         task = group["task"]
@@ -263,152 +276,10 @@ def load_dataset(path: str | os.PathLike,
         used.add(info.name)
         configs = group["configs"]
         tasks.append(TaskData(info, task, tuple(MeasureInput(task, c) for c in configs),
-                              tuple(configs.values())))
+                              tuple(pool_results(rs) for rs in configs.values())))
     return Dataset(tuple(tasks), Path(path))
 
 
-# -- collection ------------------------------------------------------------------------------------
-
-def resolve_tasks(specs: Sequence[str], target: dict,
-                  on_model: Callable[[str], None] | None = None) -> list[tuple[TaskInfo, Task]]:
-    """Tasks for names: ``benchmark`` (the four benchmark operators), one benchmark operator's
-    name, or a zoo model (its tunable conv2d / dense / matmul tasks, via ``extract_tasks``).
-    A task met twice (the same fused function in two models) is kept once, under its first
-    name. ``on_model(name)`` is called before a model is imported (it takes seconds)."""
-    bench = benchmark_workloads()
-    out: dict[str, tuple[TaskInfo, Task]] = {}
-    for spec in specs:
-        if spec == "benchmark" or spec in bench:
-            for name, workload in bench.items():
-                if spec in ("benchmark", name):
-                    task = Task(workload, dict(target))
-                    out.setdefault(task.key, (TaskInfo(task.key, name, op_kind(workload),
-                                                       "benchmark"), task))
-            continue
-        from .zoo import ZOO
-
-        if spec not in ZOO:
-            raise KeyError(f"unknown dataset task {spec!r}: use 'benchmark', one of "
-                           f"{', '.join(bench)}, or a zoo model ({', '.join(sorted(ZOO))})")
-        if on_model is not None:
-            on_model(spec)
-        for tune_task in _model_tasks(spec, target):
-            task = tune_task.task
-            info = TaskInfo(task.key, f"{spec}.{tune_task.name}", op_kind(task.workload), spec,
-                            tune_task.weight)
-            out.setdefault(task.key, (info, task))
-    return list(out.values())
-
-
-def _model_tasks(name: str, target: dict) -> list:
-    from .frontend import from_torch
-    from .tasks import extract_tasks
-    from .zoo import zoo_model
-
-    module, inputs = zoo_model(name)
-    tasks = extract_tasks(from_torch(module, inputs, name=name), target)
-    return [t for t in tasks if t.tunable and op_kind(t.task.workload) in MODEL_OPS]
-
-
-@dataclass(frozen=True)
-class CollectedTask:
-    """What collection did for one task."""
-
-    name: str
-    before: int  # measured (not invalid) records already in the file
-    random: int  # random configs measured now
-    guided: int  # XGBoost-guided configs measured now
-    best_cost: float  # best in this run's measurements, inf if none
-
-
-def collect_dataset(out: str | os.PathLike, tasks: Sequence[tuple[TaskInfo, Task]],
-                    per_task: int, settings: Settings | None = None,
-                    random_fraction: float = 0.5, features: str = "knob",
-                    callbacks: Sequence[Callable[[MeasureInput, MeasureResult], None]] = (),
-                    on_task: Callable[[TaskInfo, int], None] | None = None,
-                    adopt: Sequence = ()) -> list[CollectedTask]:
-    """Grow ``out`` to ``per_task`` measured configs per task: first random ones up to
-    ``random_fraction`` of them, then XGBoost-guided ones (``features``) for the rest.
-
-    An ``out`` ending in ``.gz`` is kept packed: collection appends to the uncompressed
-    ``working_log(out)`` (flushed per measurement as always) and packs it when done.
-    Records already in ``out`` count (invalid configs do not, as in tuning budgets) and are
-    never measured again, so a re-run resumes and a larger ``per_task`` grows the dataset.
-    ``adopt`` takes records measured elsewhere on this machine (e.g. a model's tuning log):
-    those of the tasks collected here are copied in first and count like the dataset's own.
-    One builder and one runner serve all tasks. ``on_task(info, before)`` is called as each
-    task starts.
-    """
-    from .measure import LocalBuilder, LocalRunner
-    from .records import RecordWriter
-    from .space import task_space
-    from .tuner import Evaluator, make_loop
-
-    if per_task < 0:
-        raise ValueError(f"per_task must be >= 0, got {per_task}")
-    if not 0.0 <= random_fraction <= 1.0:
-        raise ValueError(f"random_fraction must be in [0, 1], got {random_fraction}")
-    from .records import pack_records, unpack_records
-
-    settings = settings or Settings()
-    write_manifest(out, [info for info, _ in tasks])
-    packed, log = Path(out), working_log(out)
-    # a working log left by a killed run holds everything of the packed one and more
-    if log != packed and packed.exists() and not log.exists():
-        unpack_records(packed, log)
-    history: dict[str, dict] = {}
-    if log.exists():
-        for rec in load_records(log):
-            history.setdefault(rec.task_key, {}).setdefault(rec.config, rec.to_result())
-    m = settings.measure
-    builder = LocalBuilder(m.build_workers, m.build_timeout_s)
-    runner = LocalRunner(m)
-    writer = RecordWriter(log)
-    wanted = {task.key for _, task in tasks}
-    for rec in adopt:
-        known = history.setdefault(rec.task_key, {})
-        if rec.task_key in wanted and rec.config not in known:
-            writer.write(rec)
-            known[rec.config] = rec.to_result()
-    summary = []
-    try:
-        for info, task in tasks:
-            past = history.setdefault(task.key, {})
-            before = sum(r.error is not ErrorKind.INVALID_CONFIG for r in past.values())
-            if on_task is not None:
-                on_task(info, before)
-            best = [float("inf")]
-
-            def keep(inp: MeasureInput, res: MeasureResult, past=past, best=best) -> None:
-                past[inp.config] = res
-                if res.ok:
-                    best[0] = min(best[0], res.cost)
-
-            space = task_space(task)
-            done, spent = before, {}
-            for tuner, goal in (("random", round(per_task * random_fraction)), ("xgb", per_task)):
-                spent[tuner] = 0
-                if goal - done <= 0:
-                    continue
-                loop = make_loop(tuner, space, settings, features)
-                evaluator = Evaluator(task, builder, runner, goal - done,
-                                      [writer.append, keep, *callbacks],
-                                      [(c, r) for c, r in past.items() if c in space], m.verify)
-                spent[tuner] = loop.run(evaluator).trials
-                done += spent[tuner]
-            summary.append(CollectedTask(info.name, before, spent["random"], spent["xgb"], best[0]))
-    finally:
-        builder.close()
-        runner.close()
-        writer.close()
-        if log != packed:
-            pack_records(log, packed)
-    if log != packed:  # packed without error: the working copy is redundant
-        log.unlink()
-    return summary
-
-
-__all__ = ["Dataset", "TaskData", "TaskInfo", "CollectedTask", "benchmark_workloads", "op_kind",
-           "default_name", "shape_key", "resolve_tasks", "collect_dataset", "load_dataset", "manifest_path",
-           "features_path", "working_log",
-           "read_manifest", "write_manifest", "MODEL_OPS"]
+__all__ = ["Dataset", "TaskData", "TaskInfo", "benchmark_workloads", "op_kind", "default_name",
+           "shape_key", "pool_results", "load_dataset", "manifest_path", "features_path",
+           "working_log", "read_manifest", "write_manifest", "MODEL_OPS"]

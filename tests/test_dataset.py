@@ -12,14 +12,15 @@ from tensortune.cli_costmodel import register
 from tensortune.dataset import (
     TaskInfo,
     benchmark_workloads,
-    collect_dataset,
     default_name,
     load_dataset,
     manifest_path,
     op_kind,
+    pool_results,
     read_manifest,
-    resolve_tasks,
 )
+from tensortune.dataset_collect import collect_dataset, remeasure_dataset, resolve_tasks
+from tensortune.records import pack_records
 from tensortune.measure.types import ErrorKind, MeasureInput, MeasureResult
 from tensortune.records import RecordWriter
 from tensortune.settings import MeasureSettings, SearchSettings, Settings
@@ -99,14 +100,14 @@ def test_dataset_info_command(collected):
         ("mm32", True, True), ("conv", True, True)]
 
 
-def test_records_without_manifest_get_default_names_and_first_record_wins(tmp_path):
+def test_records_without_manifest_get_default_names_and_repeats_are_pooled(tmp_path):
     task = Task(Matmul(m=16, n=8, k=4), {"kind": "llvm"})
     cfgs = task_space(task).sample_many(3, __import__("numpy").random.default_rng(0))
     path = tmp_path / "plain.jsonl"
     with RecordWriter(path) as w:
         w.append(MeasureInput(task, cfgs[0]), MeasureResult((2e-6,)))
         w.append(MeasureInput(task, cfgs[1]), MeasureResult((), ErrorKind.COMPILE_ERROR, "x"))
-        w.append(MeasureInput(task, cfgs[0]), MeasureResult((9e-6,)))  # a repeat: ignored
+        w.append(MeasureInput(task, cfgs[0]), MeasureResult((9e-6,)))  # a second session
     with path.open("a") as f:
         f.write('{"v": 1, "torn\n')
     corrupt = []
@@ -114,7 +115,51 @@ def test_records_without_manifest_get_default_names_and_first_record_wins(tmp_pa
     assert corrupt == [4]
     (data,) = ds.tasks
     assert (data.name, data.info.op, data.info.source) == ("matmul_16x8x4", "matmul", "records")
-    assert data.n == 2 and data.n_ok == 1 and data.best_cost == pytest.approx(2e-6)
+    assert data.n == 2 and data.n_ok == 1
+    assert data.results[0].costs == (2e-6, 9e-6) and data.best_cost == pytest.approx(5.5e-6)
+
+
+def test_pooling_keeps_successful_sessions_and_wrong_results():
+    a = MeasureResult((1.0, 3.0), message="timed beside 1 busy cores", run_s=1.0, verified=True)
+    b = MeasureResult((2.0,), run_s=2.0, timestamp=5.0)
+    timeout = MeasureResult((), ErrorKind.TIMEOUT, "hung")
+    wrong = MeasureResult((), ErrorKind.WRONG_RESULT, "max error 1")
+    pooled = pool_results([a, timeout, b])
+    assert pooled.costs == (1.0, 3.0, 2.0) and pooled.cost == 2.0 and pooled.ok
+    assert (pooled.run_s, pooled.verified, pooled.timestamp) == (3.0, True, 5.0)
+    assert pooled.message == "timed beside 1 busy cores"
+    assert pool_results([a, wrong]).error is ErrorKind.WRONG_RESULT
+    assert pool_results([timeout, MeasureResult((), ErrorKind.RUNTIME_ERROR)]) == timeout
+    assert pool_results([b]) is b
+
+
+def test_remeasure_times_every_successful_config_once_more_and_resumes(collected, tmp_path):
+    packed = tmp_path / "again.jsonl.gz"
+    pack_records(collected[0], packed)
+    manifest_path(packed).write_text(manifest_path(collected[0]).read_text())
+    before = load_dataset(packed)
+    seen = []
+    summary = remeasure_dataset(packed, 2, FAST, ["mm32"], batch=3,
+                                callbacks=[lambda i, r: seen.append(i.config)])
+    (mm,) = summary
+    old = before.get("mm32")
+    assert (mm.name, mm.configs, mm.timed) == ("mm32", old.n_ok, old.n_ok) and mm.failed == 0
+    assert sorted(map(str, seen)) == sorted(str(i.config) for i, r in zip(old.inputs, old.results)
+                                            if r.ok)
+    assert mm.spearman is not None and -1.0 <= mm.spearman <= 1.0
+    assert mm.top10 is None  # fewer than 20 configs: no top-10 to judge
+    assert packed.exists() and not (tmp_path / "again.jsonl").exists()  # packed again
+    after = load_dataset(packed)
+    for r_old, r_new in zip(old.results, after.get("mm32").results):
+        assert len(r_new.costs) == (2 * len(r_old.costs) if r_old.ok else 0)
+    assert after.get("conv").results == before.get("conv").results  # not selected
+    assert remeasure_dataset(packed, 2, FAST, ["mm32"])[0].timed == 0  # resumed: nothing left
+    with pytest.raises(KeyError, match="nope"):
+        remeasure_dataset(packed, 2, FAST, ["nope"])
+    with pytest.raises(ValueError, match="sessions"):
+        remeasure_dataset(packed, 0, FAST)
+    with pytest.raises(FileNotFoundError, match="no such dataset"):
+        remeasure_dataset(tmp_path / "missing.jsonl", 2, FAST)
 
 
 def test_benchmark_tasks_and_op_kinds():
@@ -152,3 +197,35 @@ def test_adopting_records_copies_those_of_the_collected_tasks(collected, tmp_pat
     assert ds.get("mm32").n == load_dataset(source).get("mm32").n
     collect_dataset(out, tasks, per_task=0, settings=FAST, adopt=load_records(source))
     assert load_dataset(out).get("mm32").n == ds.get("mm32").n  # adopted once
+
+
+def test_session_agreement_is_spearman_and_the_top10_a_perfect_model_would_get():
+    from tensortune.dataset_collect import _agreement
+
+    before = [MeasureResult((float(i + 1),)) for i in range(25)]
+    same = {i: MeasureResult((float(i + 1),)) for i in range(25)}
+    assert _agreement(before, same) == (1.0, 1.0)
+    # the new session swaps the 10th and 11th fastest: the picked 10 cost 1+..+9+11
+    swapped = {**same, 9: MeasureResult((10.6,)), 10: MeasureResult((10.4,))}
+    spearman, top10 = _agreement(before, swapped)
+    assert spearman < 1.0 and top10 == pytest.approx(55 / 56)
+    assert _agreement(before[:2], {0: same[0], 1: same[1]}) == (None, None)
+
+
+def test_remeasure_command_reports_json_and_names_bad_input(collected, tmp_path):
+    app = typer.Typer()
+    register(app)
+    path = tmp_path / "cli.jsonl"
+    path.write_text(collected[0].read_text())
+    manifest_path(path).write_text(manifest_path(collected[0]).read_text())
+    run = CliRunner().invoke(app, ["dataset", "remeasure", str(path), "--tasks", "conv",
+                                   "--json"], env={"TENSORTUNE_REPEAT": "1", "TENSORTUNE_NUMBER": "1",
+                                        "TENSORTUNE_MIN_REPEAT_MS": "1"})
+    assert run.exit_code == 0, run.output
+    doc = json.loads(run.stdout.strip().splitlines()[-1])
+    assert doc["sessions"] == 2 and [t["name"] for t in doc["tasks"]] == ["conv"]
+    assert doc["tasks"][0]["timed"] == load_dataset(collected[0]).get("conv").n_ok
+    bad = CliRunner().invoke(app, ["dataset", "remeasure", str(path), "--tasks", "nope"])
+    assert bad.exit_code != 0 and "nope" in bad.output
+    bad = CliRunner().invoke(app, ["dataset", "remeasure", str(path), "--sessions", "0"])
+    assert bad.exit_code != 0 and "sessions" in bad.output

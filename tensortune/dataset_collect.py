@@ -1,0 +1,261 @@
+"""Measuring datasets: ``collect_dataset`` grows one with random and tuner-guided configs,
+``remeasure_dataset`` times its configs again in later sessions to average out host noise.
+
+    tasks = resolve_tasks(["benchmark", "resnet18"], target)
+    collect_dataset("data/cpu.jsonl.gz", tasks, per_task=48, settings=settings)
+    remeasure_dataset("data/cpu.jsonl.gz", sessions=2, settings=settings)
+
+Both append records flushed per measurement, so a killed run resumes where it stopped.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .dataset import (MODEL_OPS, TaskInfo, benchmark_workloads, load_dataset, op_kind,
+                      working_log, write_manifest)
+from .measure.types import ErrorKind, MeasureInput, MeasureResult
+from .records import RecordWriter, load_records, pack_records, unpack_records
+from .settings import Settings
+from .workload import Task
+
+
+def resolve_tasks(specs: Sequence[str], target: dict,
+                  on_model: Callable[[str], None] | None = None) -> list[tuple[TaskInfo, Task]]:
+    """Tasks for names: ``benchmark`` (the four benchmark operators), one benchmark operator's
+    name, or a zoo model (its tunable conv2d / dense / matmul tasks, via ``extract_tasks``).
+    A task met twice (the same fused function in two models) is kept once, under its first
+    name. ``on_model(name)`` is called before a model is imported (it takes seconds)."""
+    bench = benchmark_workloads()
+    out: dict[str, tuple[TaskInfo, Task]] = {}
+    for spec in specs:
+        if spec == "benchmark" or spec in bench:
+            for name, workload in bench.items():
+                if spec in ("benchmark", name):
+                    task = Task(workload, dict(target))
+                    out.setdefault(task.key, (TaskInfo(task.key, name, op_kind(workload),
+                                                       "benchmark"), task))
+            continue
+        from .zoo import ZOO
+
+        if spec not in ZOO:
+            raise KeyError(f"unknown dataset task {spec!r}: use 'benchmark', one of "
+                           f"{', '.join(bench)}, or a zoo model ({', '.join(sorted(ZOO))})")
+        if on_model is not None:
+            on_model(spec)
+        for tune_task in _model_tasks(spec, target):
+            task = tune_task.task
+            info = TaskInfo(task.key, f"{spec}.{tune_task.name}", op_kind(task.workload), spec,
+                            tune_task.weight)
+            out.setdefault(task.key, (info, task))
+    return list(out.values())
+
+
+def _model_tasks(name: str, target: dict) -> list:
+    from .frontend import from_torch
+    from .tasks import extract_tasks
+    from .zoo import zoo_model
+
+    module, inputs = zoo_model(name)
+    tasks = extract_tasks(from_torch(module, inputs, name=name), target)
+    return [t for t in tasks if t.tunable and op_kind(t.task.workload) in MODEL_OPS]
+
+
+@dataclass(frozen=True)
+class CollectedTask:
+    """What collection did for one task."""
+
+    name: str
+    before: int  # measured (not invalid) records already in the file
+    random: int  # random configs measured now
+    guided: int  # XGBoost-guided configs measured now
+    best_cost: float  # best in this run's measurements, inf if none
+
+
+def collect_dataset(out: str | os.PathLike, tasks: Sequence[tuple[TaskInfo, Task]],
+                    per_task: int, settings: Settings | None = None,
+                    random_fraction: float = 0.5, features: str = "knob",
+                    callbacks: Sequence[Callable[[MeasureInput, MeasureResult], None]] = (),
+                    on_task: Callable[[TaskInfo, int], None] | None = None,
+                    adopt: Sequence = ()) -> list[CollectedTask]:
+    """Grow ``out`` to ``per_task`` measured configs per task: first random ones up to
+    ``random_fraction`` of them, then XGBoost-guided ones (``features``) for the rest.
+
+    An ``out`` ending in ``.gz`` is kept packed: collection appends to the uncompressed
+    ``working_log(out)`` (flushed per measurement as always) and packs it when done.
+    Records already in ``out`` count (invalid configs do not, as in tuning budgets) and are
+    never measured again, so a re-run resumes and a larger ``per_task`` grows the dataset.
+    ``adopt`` takes records measured elsewhere on this machine (e.g. a model's tuning log):
+    those of the tasks collected here are copied in first and count like the dataset's own.
+    One builder and one runner serve all tasks. ``on_task(info, before)`` is called as each
+    task starts.
+    """
+    from .measure import LocalBuilder, LocalRunner
+    from .space import task_space
+    from .tuner import Evaluator, make_loop
+
+    if per_task < 0:
+        raise ValueError(f"per_task must be >= 0, got {per_task}")
+    if not 0.0 <= random_fraction <= 1.0:
+        raise ValueError(f"random_fraction must be in [0, 1], got {random_fraction}")
+    settings = settings or Settings()
+    write_manifest(out, [info for info, _ in tasks])
+    packed, log = Path(out), working_log(out)
+    # a working log left by a killed run holds everything of the packed one and more
+    if log != packed and packed.exists() and not log.exists():
+        unpack_records(packed, log)
+    history: dict[str, dict] = {}
+    if log.exists():
+        for rec in load_records(log):
+            history.setdefault(rec.task_key, {}).setdefault(rec.config, rec.to_result())
+    m = settings.measure
+    builder = LocalBuilder(m.build_workers, m.build_timeout_s)
+    runner = LocalRunner(m)
+    writer = RecordWriter(log)
+    wanted = {task.key for _, task in tasks}
+    for rec in adopt:
+        known = history.setdefault(rec.task_key, {})
+        if rec.task_key in wanted and rec.config not in known:
+            writer.write(rec)
+            known[rec.config] = rec.to_result()
+    summary = []
+    try:
+        for info, task in tasks:
+            past = history.setdefault(task.key, {})
+            before = sum(r.error is not ErrorKind.INVALID_CONFIG for r in past.values())
+            if on_task is not None:
+                on_task(info, before)
+            best = [float("inf")]
+
+            def keep(inp: MeasureInput, res: MeasureResult, past=past, best=best) -> None:
+                past[inp.config] = res
+                if res.ok:
+                    best[0] = min(best[0], res.cost)
+
+            space = task_space(task)
+            done, spent = before, {}
+            for tuner, goal in (("random", round(per_task * random_fraction)), ("xgb", per_task)):
+                spent[tuner] = 0
+                if goal - done <= 0:
+                    continue
+                loop = make_loop(tuner, space, settings, features)
+                evaluator = Evaluator(task, builder, runner, goal - done,
+                                      [writer.append, keep, *callbacks],
+                                      [(c, r) for c, r in past.items() if c in space], m.verify)
+                spent[tuner] = loop.run(evaluator).trials
+                done += spent[tuner]
+            summary.append(CollectedTask(info.name, before, spent["random"], spent["xgb"], best[0]))
+    finally:
+        builder.close()
+        runner.close()
+        writer.close()
+        if log != packed:
+            pack_records(log, packed)
+    if log != packed:  # packed without error: the working copy is redundant
+        log.unlink()
+    return summary
+
+
+
+
+@dataclass(frozen=True)
+class RemeasuredTask:
+    """What re-timing did for one task."""
+
+    name: str
+    configs: int  # successful configs of the task
+    timed: int  # timings done now
+    failed: int  # of those, timings that ended in an error
+    spearman: float | None  # rank agreement of the new timings with the configs' earlier cost
+    top10: float | None  # the earlier costs' top-10 ratio if the new timings picked the 10
+
+
+def remeasure_dataset(path: str | os.PathLike, sessions: int = 2, settings: Settings | None = None,
+                      names: Sequence[str] = (), batch: int = 8,
+                      callbacks: Sequence[Callable[[MeasureInput, MeasureResult], None]] = (),
+                      on_task: Callable[[str, int], None] | None = None) -> list[RemeasuredTask]:
+    """Time every successful config of ``path`` (or of the tasks ``names``) again until it has
+    ``sessions`` records, appending each new record; ``load_dataset`` pools them.
+
+    Host noise comes in bursts longer than one candidate's repeats, so repeats taken in one
+    session share it; a later session in a shuffled order does not. Each task's configs are
+    built ``batch`` at a time, then timed (never both at once). Configs whose records hold an
+    error are left alone. ``on_task(name, todo)`` is called as each task starts.
+    """
+    from .measure import LocalBuilder, LocalRunner
+
+    if sessions < 1:
+        raise ValueError(f"sessions must be >= 1, got {sessions}")
+    if batch < 1:
+        raise ValueError(f"batch must be >= 1, got {batch}")
+    settings = settings or Settings()
+    packed, log = Path(path), working_log(path)
+    if not packed.exists() and not log.exists():
+        raise FileNotFoundError(f"no such dataset: {path}")
+    if log != packed and not log.exists():
+        unpack_records(packed, log)
+    dataset = load_dataset(log)
+    tasks = dataset.select(names) if names else dataset
+    timed: dict[tuple[str, object], int] = {}
+    for rec in load_records(log):
+        timed[(rec.task_key, rec.config)] = timed.get((rec.task_key, rec.config), 0) + 1
+    m = settings.measure
+    builder = LocalBuilder(m.build_workers, m.build_timeout_s)
+    runner = LocalRunner(m)
+    writer = RecordWriter(log)
+    rng = np.random.default_rng(settings.seed)
+    summary = []
+    try:
+        for data in tasks:
+            key = data.task.key
+            todo = [i for i, r in enumerate(data.results)
+                    if r.ok and timed.get((key, data.inputs[i].config), 0) < sessions]
+            # a shuffled order, so slow drift of the host is not tied to the first session's order
+            todo = [todo[j] for j in rng.permutation(len(todo))]
+            if on_task is not None:
+                on_task(data.name, len(todo))
+            new: dict[int, MeasureResult] = {}
+            for start in range(0, len(todo), batch):
+                chunk = todo[start:start + batch]
+                inputs = [data.inputs[i] for i in chunk]
+                results = runner.run(inputs, builder.build(inputs), verify=[False] * len(chunk))
+                for i, inp, res in zip(chunk, inputs, results):
+                    writer.append(inp, res)
+                    for callback in callbacks:
+                        callback(inp, res)
+                    new[i] = res
+            summary.append(RemeasuredTask(data.name, data.n_ok, len(new),
+                                          sum(not r.ok for r in new.values()),
+                                          *_agreement(data.results, new)))
+    finally:
+        builder.close()
+        runner.close()
+        writer.close()
+        if log != packed:
+            pack_records(log, packed)
+    if log != packed:
+        log.unlink()
+    return summary
+
+
+def _agreement(before: Sequence[MeasureResult], new: dict[int, MeasureResult]
+               ) -> tuple[float | None, float | None]:
+    """How well the new timings agree with the earlier costs: Spearman (None under 3 pairs),
+    and Tuna's top-10 ratio of the earlier costs with the new timings as the "model" (None
+    under 20 pairs) -- the score a perfect cost model would get against one session's noise."""
+    from .cost_model.metrics import spearman, topk_ratio
+
+    pairs = [(before[i].cost, r.cost) for i, r in new.items() if r.ok]
+    if len(pairs) < 3:
+        return None, None
+    earlier, now = np.array(pairs).T
+    top10 = float(topk_ratio(-now, earlier, 10)) if len(pairs) >= 20 else None
+    return float(spearman(earlier, now)), top10
+
+
+__all__ = ["resolve_tasks", "collect_dataset", "CollectedTask", "remeasure_dataset",
+           "RemeasuredTask"]
