@@ -166,19 +166,33 @@ def remeasure(
 @dataset_app.command("info")
 def info(dataset: Path = typer.Argument(..., help="dataset records file"),
          as_json: bool = typer.Option(False, "--json")):
-    """Per-task record counts and best performance of a dataset."""
+    """Per-task record counts, best performance and, for configs timed in several sessions
+    (``dataset remeasure``), how well one session predicts the others: Spearman and the top-10
+    ratio a perfect cost model would score against that noise."""
+    from .dataset import session_noise
+
     ds = _load(dataset)
+    noise = session_noise(ds)
     rows = [{"task": t.name, "op": t.info.op, "source": t.info.source, "records": t.n,
              "ok": t.n_ok, "failed": t.n - t.n_ok,
              "best_us": round(t.best_cost * 1e6, 2) if t.n_ok else None,
-             "gflops": round(t.best_gflops, 2)} for t in ds]
+             "gflops": round(t.best_gflops, 2), "sessions": z.sessions,
+             "session_spearman": z.spearman, "session_top10": z.top10}
+            for t, z in zip(ds, noise)]
     table = Table(title=f"{dataset}: {len(ds)} tasks, {ds.n_records} records")
-    for col in ("task", "op", "source", "records", "ok", "failed", "best us", "GFLOP/s"):
+    for col in ("task", "op", "source", "records", "ok", "failed", "best us", "GFLOP/s",
+                "sessions", "session spearman", "session top10"):
         table.add_column(col, justify="left" if col in ("task", "op", "source") else "right")
     for r in rows:
         table.add_row(r["task"], r["op"], r["source"], str(r["records"]), str(r["ok"]),
                       str(r["failed"]), f"{r['best_us']:.1f}" if r["best_us"] else "-",
-                      f"{r['gflops']:.1f}")
+                      f"{r['gflops']:.1f}", str(r["sessions"]),
+                      *("-" if r[m] is None else f"{r[m]:.3f}"
+                        for m in ("session_spearman", "session_top10")))
+    scored = [z.top10 for z in noise if z.top10 is not None]
+    if scored:
+        console.print(f"one timing session ranking the pooled others: top-10 "
+                      f"{sum(scored) / len(scored):.3f} (mean of {len(scored)} tasks)")
     console.print(table)
     if as_json:
         sys.stdout.write(json.dumps({"dataset": str(dataset), "tasks": rows}) + "\n")

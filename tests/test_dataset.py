@@ -98,6 +98,7 @@ def test_dataset_info_command(collected):
     doc = json.loads(result.stdout.strip().splitlines()[-1])
     assert [(t["task"], t["records"] >= 8, t["gflops"] > 0) for t in doc["tasks"]] == [
         ("mm32", True, True), ("conv", True, True)]
+    assert [(t["sessions"], t["session_top10"]) for t in doc["tasks"]] == [(1, None), (1, None)]
 
 
 def test_records_without_manifest_get_default_names_and_repeats_are_pooled(tmp_path):
@@ -229,3 +230,28 @@ def test_remeasure_command_reports_json_and_names_bad_input(collected, tmp_path)
     assert bad.exit_code != 0 and "nope" in bad.output
     bad = CliRunner().invoke(app, ["dataset", "remeasure", str(path), "--sessions", "0"])
     assert bad.exit_code != 0 and "sessions" in bad.output
+
+
+def test_session_noise_scores_each_session_against_the_pooled_others(tmp_path):
+    from tensortune.dataset import session_noise
+
+    task = Task(Matmul(m=64, n=64, k=64), {"kind": "llvm"})
+    cfgs = list(dict.fromkeys(task_space(task).sample_many(40, __import__("numpy").random
+                                                           .default_rng(0))))[:25]
+    assert len(cfgs) == 25
+    path = tmp_path / "sessions.jsonl"
+    with RecordWriter(path) as w:
+        for session in range(3):
+            for i, cfg in enumerate(cfgs):
+                # session 2 swaps the 10th and 11th fastest configs
+                cost = {9: 10.6, 10: 10.4}.get(i, i + 1.0) if session == 2 else i + 1.0
+                w.append(MeasureInput(task, cfg), MeasureResult((cost * 1e-6,)))
+    (noise,) = session_noise(load_dataset(path))
+    assert (noise.sessions, noise.configs) == (3, 25)
+    # sessions 0 and 1 pick the pooled others' best 10; session 2 picks the 11th for the 10th
+    assert noise.top10 == pytest.approx((1 + 1 + 55 / 56) / 3)
+    assert 0.99 < noise.spearman < 1.0
+    single = tmp_path / "single.jsonl"
+    single.write_text("".join(path.read_text().splitlines(keepends=True)[:25]))
+    (one,) = session_noise(load_dataset(single))
+    assert (one.sessions, one.configs, one.spearman, one.top10) == (1, 25, None, None)
