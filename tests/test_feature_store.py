@@ -6,14 +6,8 @@ import gzip
 import numpy as np
 import pytest
 
-from tensortune.dataset import (
-    TaskInfo,
-    collect_dataset,
-    features_path,
-    load_dataset,
-    manifest_path,
-    working_log,
-)
+from tensortune.dataset import TaskInfo, features_path, load_dataset, manifest_path, working_log
+from tensortune.dataset_collect import collect_dataset
 from tensortune.features import make_extractor
 from tensortune.features.store import FeatureStore, fill
 from tensortune.measure.types import MeasureInput, MeasureResult
