@@ -10,7 +10,8 @@ Both append records flushed per measurement, so a killed run resumes where it st
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +23,40 @@ from .measure.types import ErrorKind, MeasureInput, MeasureResult
 from .records import RecordWriter, load_records, pack_records, unpack_records
 from .settings import Settings
 from .workload import Task
+
+
+def _latest(out: str | os.PathLike) -> Path | None:
+    """Where ``out``'s records are: the working log a killed run left (it holds everything of
+    the packed file and more), else ``out`` itself; None if neither exists."""
+    log = working_log(out)
+    return log if log.exists() else (Path(out) if Path(out).exists() else None)
+
+
+@contextmanager
+def _measuring(out: str | os.PathLike, settings: Settings
+               ) -> Iterator[tuple[object, object, RecordWriter]]:
+    """A builder, a runner and a writer appending to ``out``'s working log. A packed ``out``
+    is unpacked first (unless a killed run left the log) and packed again at the end; the
+    working copy is removed only once packing succeeded."""
+    from .measure import LocalBuilder, LocalRunner
+
+    packed, log = Path(out), working_log(out)
+    if log != packed and packed.exists() and not log.exists():
+        unpack_records(packed, log)
+    m = settings.measure
+    builder = LocalBuilder(m.build_workers, m.build_timeout_s)
+    runner = LocalRunner(m)
+    writer = RecordWriter(log)
+    try:
+        yield builder, runner, writer
+    finally:
+        builder.close()
+        runner.close()
+        writer.close()
+        if log != packed:
+            pack_records(log, packed)
+    if log != packed:
+        log.unlink()
 
 
 def resolve_tasks(specs: Sequence[str], target: dict,
@@ -94,7 +129,6 @@ def collect_dataset(out: str | os.PathLike, tasks: Sequence[tuple[TaskInfo, Task
     One builder and one runner serve all tasks. ``on_task(info, before)`` is called as each
     task starts.
     """
-    from .measure import LocalBuilder, LocalRunner
     from .space import task_space
     from .tuner import Evaluator, make_loop
 
@@ -104,26 +138,20 @@ def collect_dataset(out: str | os.PathLike, tasks: Sequence[tuple[TaskInfo, Task
         raise ValueError(f"random_fraction must be in [0, 1], got {random_fraction}")
     settings = settings or Settings()
     write_manifest(out, [info for info, _ in tasks])
-    packed, log = Path(out), working_log(out)
-    # a working log left by a killed run holds everything of the packed one and more
-    if log != packed and packed.exists() and not log.exists():
-        unpack_records(packed, log)
     history: dict[str, dict] = {}
-    if log.exists():
-        for rec in load_records(log):
+    source = _latest(out)
+    if source is not None:
+        for rec in load_records(source):
             history.setdefault(rec.task_key, {}).setdefault(rec.config, rec.to_result())
     m = settings.measure
-    builder = LocalBuilder(m.build_workers, m.build_timeout_s)
-    runner = LocalRunner(m)
-    writer = RecordWriter(log)
-    wanted = {task.key for _, task in tasks}
-    for rec in adopt:
-        known = history.setdefault(rec.task_key, {})
-        if rec.task_key in wanted and rec.config not in known:
-            writer.write(rec)
-            known[rec.config] = rec.to_result()
     summary = []
-    try:
+    with _measuring(out, settings) as (builder, runner, writer):
+        wanted = {task.key for _, task in tasks}
+        for rec in adopt:
+            known = history.setdefault(rec.task_key, {})
+            if rec.task_key in wanted and rec.config not in known:
+                writer.write(rec)
+                known[rec.config] = rec.to_result()
         for info, task in tasks:
             past = history.setdefault(task.key, {})
             before = sum(r.error is not ErrorKind.INVALID_CONFIG for r in past.values())
@@ -149,14 +177,6 @@ def collect_dataset(out: str | os.PathLike, tasks: Sequence[tuple[TaskInfo, Task
                 spent[tuner] = loop.run(evaluator).trials
                 done += spent[tuner]
             summary.append(CollectedTask(info.name, before, spent["random"], spent["xgb"], best[0]))
-    finally:
-        builder.close()
-        runner.close()
-        writer.close()
-        if log != packed:
-            pack_records(log, packed)
-    if log != packed:  # packed without error: the working copy is redundant
-        log.unlink()
     return summary
 
 
@@ -186,30 +206,22 @@ def remeasure_dataset(path: str | os.PathLike, sessions: int = 2, settings: Sett
     built ``batch`` at a time, then timed (never both at once). Configs whose records hold an
     error are left alone. ``on_task(name, todo)`` is called as each task starts.
     """
-    from .measure import LocalBuilder, LocalRunner
-
     if sessions < 1:
         raise ValueError(f"sessions must be >= 1, got {sessions}")
     if batch < 1:
         raise ValueError(f"batch must be >= 1, got {batch}")
     settings = settings or Settings()
-    packed, log = Path(path), working_log(path)
-    if not packed.exists() and not log.exists():
+    source = _latest(path)
+    if source is None:
         raise FileNotFoundError(f"no such dataset: {path}")
-    if log != packed and not log.exists():
-        unpack_records(packed, log)
-    dataset = load_dataset(log)
-    tasks = dataset.select(names) if names else dataset
+    dataset = load_dataset(source)
+    tasks = dataset.select(names) if names else dataset  # a bad name fails before any change
     timed: dict[tuple[str, object], int] = {}
-    for rec in load_records(log):
+    for rec in load_records(source):
         timed[(rec.task_key, rec.config)] = timed.get((rec.task_key, rec.config), 0) + 1
-    m = settings.measure
-    builder = LocalBuilder(m.build_workers, m.build_timeout_s)
-    runner = LocalRunner(m)
-    writer = RecordWriter(log)
     rng = np.random.default_rng(settings.seed)
     summary = []
-    try:
+    with _measuring(path, settings) as (builder, runner, writer):
         for data in tasks:
             key = data.task.key
             todo = [i for i, r in enumerate(data.results)
@@ -231,14 +243,6 @@ def remeasure_dataset(path: str | os.PathLike, sessions: int = 2, settings: Sett
             summary.append(RemeasuredTask(data.name, data.n_ok, len(new),
                                           sum(not r.ok for r in new.values()),
                                           *_agreement(data.results, new)))
-    finally:
-        builder.close()
-        runner.close()
-        writer.close()
-        if log != packed:
-            pack_records(log, packed)
-    if log != packed:
-        log.unlink()
     return summary
 
 

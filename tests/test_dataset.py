@@ -157,6 +157,7 @@ def test_remeasure_times_every_successful_config_once_more_and_resumes(collected
     assert remeasure_dataset(packed, 2, FAST, ["mm32"])[0].timed == 0  # resumed: nothing left
     with pytest.raises(KeyError, match="nope"):
         remeasure_dataset(packed, 2, FAST, ["nope"])
+    assert not (tmp_path / "again.jsonl").exists()  # a bad name changes nothing
     with pytest.raises(ValueError, match="sessions"):
         remeasure_dataset(packed, 0, FAST)
     with pytest.raises(FileNotFoundError, match="no such dataset"):
