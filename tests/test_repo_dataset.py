@@ -1,5 +1,5 @@
 """The datasets kept in the repository (``data/cpu.jsonl.gz``, measured on the Zen 5 project
-machine, and ``data/cpu-zen3.jsonl.gz``, ResNet-18's tasks on a Zen 3): they load, cover the
+machine, and ``data/cpu-zen3.jsonl.gz``, ResNet-18's tasks on a Zen 3, timed in 3 sessions): they load, cover the
 task sources the cost-model evaluation needs, and their stored hardware rows cover every record
 and match what the extractor computes now."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tensortune.dataset import features_path, load_dataset
+from tensortune.dataset import features_path, load_dataset, session_noise
 from tensortune.features import make_extractor
 from tensortune.features.store import FeatureStore
 
@@ -56,3 +56,8 @@ def test_the_zen3_dataset_is_resnet18_for_znver3_with_every_hardware_row_stored(
     np.testing.assert_allclose(stored.extract(data.inputs[:2]),
                                make_extractor("hardware").extract(data.inputs[:2]),
                                rtol=1e-4, atol=1e-4)
+    # every successful config was timed in 3 sessions, pooled on loading
+    noise = session_noise(zen3)
+    assert {z.sessions for z in noise} == {3} and all(z.configs >= 38 for z in noise)
+    assert all(len(r.costs) >= 9 for t in zen3 for r in t.results if r.ok)
+    assert 0.9 < np.mean([z.top10 for z in noise]) <= 1.0
