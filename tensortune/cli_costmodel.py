@@ -189,11 +189,11 @@ def info(dataset: Path = typer.Argument(..., help="dataset records file"),
                       f"{r['gflops']:.1f}", str(r["sessions"]),
                       *("-" if r[m] is None else f"{r[m]:.3f}"
                         for m in ("session_spearman", "session_top10")))
+    console.print(table)
     scored = [z.top10 for z in noise if z.top10 is not None]
     if scored:
         console.print(f"one timing session ranking the pooled others: top-10 "
                       f"{sum(scored) / len(scored):.3f} (mean of {len(scored)} tasks)")
-    console.print(table)
     if as_json:
         sys.stdout.write(json.dumps({"dataset": str(dataset), "tasks": rows}) + "\n")
 

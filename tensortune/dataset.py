@@ -19,7 +19,8 @@ from pathlib import Path
 import numpy as np
 
 from .measure.types import ErrorKind, MeasureInput, MeasureResult
-from .records import load_records
+from .records import Record, load_records
+from .space import Config
 from .workload import Conv2d, Dense, Matmul, PrimFuncWorkload, Task, Workload
 
 MANIFEST_FORMAT = "tensortune.dataset"
@@ -260,14 +261,25 @@ def pool_results(results: Sequence[MeasureResult]) -> MeasureResult:
                          any(r.verified for r in good), good[-1].timestamp)
 
 
+def record_sessions(path: str | os.PathLike,
+                    on_corrupt: Callable[[int, str], None] | None = None
+                    ) -> dict[tuple[str, Config], list[Record]]:
+    """The records of ``path`` by (task key, config), in order of first appearance: one
+    record per timing session of that config."""
+    sessions: dict[tuple[str, Config], list[Record]] = {}
+    for rec in load_records(path, on_corrupt=on_corrupt):
+        sessions.setdefault((rec.task_key, rec.config), []).append(rec)
+    return sessions
+
+
 def load_dataset(path: str | os.PathLike,
                  on_corrupt: Callable[[int, str], None] | None = None) -> Dataset:
     """The records of ``path`` grouped by task, named by the manifest when there is one."""
     manifest = read_manifest(path)
     groups: dict[str, dict] = {}
-    for rec in load_records(path, on_corrupt=on_corrupt):
-        group = groups.setdefault(rec.task_key, {"task": rec.to_task(), "configs": {}})
-        group["configs"].setdefault(rec.config, []).append(rec.to_result())
+    for (key, config), recs in record_sessions(path, on_corrupt).items():
+        group = groups.setdefault(key, {"task": recs[0].to_task(), "configs": {}})
+        group["configs"][config] = [r.to_result() for r in recs]
     tasks, used = [], set()
     for key, group in groups.items():
         task = group["task"]
@@ -280,7 +292,6 @@ def load_dataset(path: str | os.PathLike,
         tasks.append(TaskData(info, task, tuple(MeasureInput(task, c) for c in configs),
                               tuple(pool_results(rs) for rs in configs.values())))
     return Dataset(tuple(tasks), Path(path))
-
 
 
 @dataclass(frozen=True)
@@ -302,13 +313,11 @@ def session_noise(dataset: Dataset) -> list[SessionNoise]:
 
     if dataset.path is None:
         raise ValueError("session_noise needs a dataset loaded from a file")
-    sessions: dict[tuple[str, object], list[MeasureResult]] = {}
-    for rec in load_records(dataset.path):
-        sessions.setdefault((rec.task_key, rec.config), []).append(rec.to_result())
+    sessions = record_sessions(dataset.path)
     out = []
     for data in dataset:
-        rows = [sessions[(data.task.key, i.config)] for i, r in zip(data.inputs, data.results)
-                if r.ok]
+        rows = [[rec.to_result() for rec in sessions[(data.task.key, i.config)]]
+                for i, r in zip(data.inputs, data.results) if r.ok]
         n = min((sum(x.ok for x in rs) for rs in rows), default=0)
         rows = [[x for x in rs if x.ok][:n] for rs in rows]
         if n < 2 or len(rows) < 3:
@@ -325,6 +334,8 @@ def session_noise(dataset: Dataset) -> list[SessionNoise]:
                                 float(np.mean(top)) if top else None))
     return out
 
+
 __all__ = ["Dataset", "TaskData", "TaskInfo", "benchmark_workloads", "op_kind", "default_name",
-           "shape_key", "pool_results", "load_dataset", "SessionNoise", "session_noise", "manifest_path", "features_path",
-           "working_log", "read_manifest", "write_manifest", "MODEL_OPS"]
+           "shape_key", "pool_results", "record_sessions", "load_dataset", "SessionNoise",
+           "session_noise", "manifest_path", "features_path", "working_log", "read_manifest",
+           "write_manifest", "MODEL_OPS"]

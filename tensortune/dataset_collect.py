@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from .dataset import (MODEL_OPS, TaskInfo, benchmark_workloads, load_dataset, op_kind,
-                      working_log, write_manifest)
+                      record_sessions, working_log, write_manifest)
 from .measure.types import ErrorKind, MeasureInput, MeasureResult
 from .records import RecordWriter, load_records, pack_records, unpack_records
 from .settings import Settings
@@ -180,8 +180,6 @@ def collect_dataset(out: str | os.PathLike, tasks: Sequence[tuple[TaskInfo, Task
     return summary
 
 
-
-
 @dataclass(frozen=True)
 class RemeasuredTask:
     """What re-timing did for one task."""
@@ -216,16 +214,14 @@ def remeasure_dataset(path: str | os.PathLike, sessions: int = 2, settings: Sett
         raise FileNotFoundError(f"no such dataset: {path}")
     dataset = load_dataset(source)
     tasks = dataset.select(names) if names else dataset  # a bad name fails before any change
-    timed: dict[tuple[str, object], int] = {}
-    for rec in load_records(source):
-        timed[(rec.task_key, rec.config)] = timed.get((rec.task_key, rec.config), 0) + 1
+    timed = record_sessions(source)
     rng = np.random.default_rng(settings.seed)
     summary = []
     with _measuring(path, settings) as (builder, runner, writer):
         for data in tasks:
             key = data.task.key
             todo = [i for i, r in enumerate(data.results)
-                    if r.ok and timed.get((key, data.inputs[i].config), 0) < sessions]
+                    if r.ok and len(timed[(key, data.inputs[i].config)]) < sessions]
             # a shuffled order, so slow drift of the host is not tied to the first session's order
             todo = [todo[j] for j in rng.permutation(len(todo))]
             if on_task is not None:

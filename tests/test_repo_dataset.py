@@ -1,7 +1,7 @@
 """The datasets kept in the repository (``data/cpu.jsonl.gz``, measured on the Zen 5 project
-machine, and ``data/cpu-zen3.jsonl.gz``, ResNet-18's tasks on a Zen 3, timed in 3 sessions): they load, cover the
-task sources the cost-model evaluation needs, and their stored hardware rows cover every record
-and match what the extractor computes now."""
+machine, and ``data/cpu-zen3.jsonl.gz``, ResNet-18's tasks on a Zen 3, timed in 3 sessions):
+they load, cover the task sources the cost-model evaluation needs, and their stored hardware
+rows cover every record and match what the extractor computes now."""
 from __future__ import annotations
 
 from pathlib import Path
