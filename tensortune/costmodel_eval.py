@@ -76,11 +76,13 @@ def available_features() -> tuple[str, ...]:
 
 
 def default_feature_sets() -> tuple[str, ...]:
-    """The feature combinations ``compare`` tries: knob, itervar, curve, knob+itervar, and the
-    hardware ones (with and without roofline) when the hardware extractor is available."""
-    sets = ["knob", "itervar", "curve", "knob+itervar"]
+    """The feature combinations ``compare`` tries: knob, itervar, curve, knob+itervar,
+    itervar+cache, and the hardware ones (with and without roofline and cache) when the hardware
+    extractor is available."""
+    sets = ["knob", "itervar", "curve", "knob+itervar", "itervar+cache"]
     if "hardware" in available_features():
-        sets += ["hardware", "knob+itervar+hardware", "itervar+hardware+roofline"]
+        sets += ["hardware", "knob+itervar+hardware", "itervar+hardware+roofline",
+                 "itervar+hardware+roofline+cache"]
     return tuple(sets)
 
 

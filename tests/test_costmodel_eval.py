@@ -279,7 +279,8 @@ def test_compare_runs_every_combination(dataset, bank):
                       holdout=["dense"])
     assert [(r.model, r.features) for r in reports] == [
         ("xgb-rank", "knob"), ("xgb-reg", "knob"), ("xgb-rank", "itervar"), ("xgb-reg", "itervar")]
-    assert set(default_feature_sets()) >= {"knob", "itervar", "curve", "knob+itervar"}
+    assert set(default_feature_sets()) >= {"knob", "itervar", "curve", "knob+itervar",
+                                           "itervar+cache"}
 
 
 # -- command line ----------------------------------------------------------------------------------

@@ -95,3 +95,18 @@ def test_bad_workloads_are_refused_by_name(build, words):
 def test_padding_makes_a_large_kernel_valid():
     # 3x3 input, 5x5 kernel: empty without padding, one output pixel with padding 1
     assert Conv2d(n=1, c=1, h=3, w=3, filters=1, kh=5, kw=5, padding=1).output_shape == (1, 1, 1, 1)
+
+
+def test_host_cpu_trusts_the_isa_flags_over_a_made_up_model():
+    from tensortune.workload.task import host_cpu
+
+    def known(name):
+        return True
+
+    amd = "vendor_id\t: AuthenticAMD\nflags\t\t: fpu avx2 avx512f avx512bw\n"
+    intel_amx = "vendor_id\t: GenuineIntel\nflags\t\t: fpu avx2 avx512f amx_bf16 amx_tile\n"
+    intel_old = "vendor_id\t: GenuineIntel\nflags\t\t: fpu avx2 avx512f\n"
+    assert host_cpu("x86-64-v4", amd, known) == "znver5"
+    assert host_cpu("rocketlake", intel_amx, known) == "sapphirerapids"
+    assert host_cpu("skylake-avx512", intel_old, known) == "skylake-avx512"
+    assert host_cpu("rocketlake", intel_amx, lambda name: False) == "rocketlake"

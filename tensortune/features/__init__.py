@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from .base import CachedExtractor, ConcatFeatures, FeatureExtractor
+from .cache import CacheFeatures
 from .curve import CurveFeatures
 from .graph import GraphFeatures, TaskGraph, task_graph
 from .hardware_cpu import HardwareCPUFeatures
@@ -12,7 +13,8 @@ from .roofline import RooflineFeatures
 
 EXTRACTORS = {"knob": KnobFeatures, "itervar": IterVarFeatures, "curve": CurveFeatures,
               "graph": GraphFeatures, "hardware": HardwareCPUFeatures,
-              "hardware_cuda": HardwareCUDAFeatures, "roofline": RooflineFeatures}
+              "hardware_cuda": HardwareCUDAFeatures, "roofline": RooflineFeatures,
+              "cache": CacheFeatures}
 
 
 def make_extractor(names: str | list[str]) -> FeatureExtractor:
@@ -43,6 +45,6 @@ def build_part(name: str, built: dict) -> FeatureExtractor:
     return cls(built[source]) if source in built else cls()
 
 
-__all__ = ["build_part", "RooflineFeatures", "FeatureExtractor", "CachedExtractor", "ConcatFeatures", "KnobFeatures",
+__all__ = ["build_part", "CacheFeatures", "RooflineFeatures", "FeatureExtractor", "CachedExtractor", "ConcatFeatures", "KnobFeatures",
            "IterVarFeatures", "feature_names", "make_extractor", "EXTRACTORS", "CurveFeatures",
            "GraphFeatures", "TaskGraph", "task_graph", "HardwareCPUFeatures", "HardwareCUDAFeatures"]

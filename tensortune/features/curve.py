@@ -27,7 +27,7 @@ import numpy as np
 
 from ..measure.types import MeasureInput
 from .base import CachedExtractor
-from .itervar import MAX_BUFFERS, _profile, collect_statements, main_statement
+from .itervar import MAX_BUFFERS, access_profile, collect_statements, main_statement
 
 SAMPLES = 30
 # curve name -> (low, high) of its x axis in log2 units; generous enough for ResNet layers
@@ -69,7 +69,7 @@ def curve_features(func, flops: int, samples: int = SAMPLES,
     grids = [np.linspace(lo, hi, samples) for lo, hi in CURVES.values()]
     width = len(CURVES) * samples
     for b, access in enumerate(main.accesses[:max_buffers]):
-        profile = _profile(access, loops, main.defs)
+        profile = access_profile(access, loops, main.defs)
         if profile is None:
             continue  # an index this walker cannot evaluate: the buffer's curves stay zero
         at = len(GLOBAL_FEATURES) + b * width

@@ -126,7 +126,7 @@ def loop_nest_features(func, flops: int, max_levels: int = MAX_LEVELS,
     below = np.ones(n + 1)
     for i in range(n - 1, -1, -1):
         below[i] = below[i + 1] * loops[i].extent
-    profiles = [_profile(a, loops, main.defs) for a in main.accesses[:max_buffers]]
+    profiles = [access_profile(a, loops, main.defs) for a in main.accesses[:max_buffers]]
     levels = _kept_levels(loops, max_levels)
     offset = len(GLOBAL_FEATURES) + (max_levels - len(levels)) * per_level
     for slot, i in enumerate(levels):
@@ -263,7 +263,7 @@ def _eval(expr, env: dict, defs: dict):
     raise _Opaque(name)
 
 
-def _profile(access: Access, loops: tuple, defs: dict):
+def access_profile(access: Access, loops: tuple, defs: dict):
     """Per loop: the span of each index dimension while only that loop moves, and the stride of
     the row-major address for one step of it. ``None`` if an index is not modelled."""
     n, nd = len(loops), len(access.shape)

@@ -13,15 +13,27 @@ def default_target(num_cores: int | None = None) -> dict:
     """The host CPU as a TVM target dict (TVM 0.27 refuses the old string form)."""
     from tvm.target import codegen
 
-    cpu = codegen.llvm_get_system_cpu()
-    # Cloud VMs often report a generic Intel model for AMD Zen parts; trust the AVX-512 flags.
     try:
-        flags = open("/proc/cpuinfo").read()
+        cpuinfo = open("/proc/cpuinfo").read()
     except OSError:
-        flags = ""
-    if "AuthenticAMD" in flags and " avx512f" in flags and codegen.llvm_is_valid_cpu("znver5", "x86_64-pc-linux-gnu"):
-        cpu = "znver5"
+        cpuinfo = ""
+    cpu = host_cpu(codegen.llvm_get_system_cpu(), cpuinfo,
+                   lambda name: codegen.llvm_is_valid_cpu(name, "x86_64-pc-linux-gnu"))
     return {"kind": "llvm", "mcpu": cpu, "num-cores": int(num_cores or os.cpu_count() or 1)}
+
+
+def host_cpu(llvm_cpu: str, cpuinfo: str, known) -> str:
+    """The ``mcpu`` for this host: LLVM's guess, unless the flags say better.
+
+    Cloud VMs often report a made-up CPU model, so LLVM guesses an older or client part (a Zen 5
+    as a generic Intel, a Sapphire Rapids Xeon as a Rocket Lake desktop); the ISA flags are
+    trusted instead. ``known(name)`` says whether LLVM knows an ``mcpu``."""
+    amd, intel = "AuthenticAMD" in cpuinfo, "GenuineIntel" in cpuinfo
+    if amd and " avx512f" in cpuinfo and known("znver5"):
+        return "znver5"
+    if intel and " amx_tile" in cpuinfo and known("sapphirerapids"):
+        return "sapphirerapids"
+    return llvm_cpu
 
 
 # ISA extensions whose absence kills a kernel with SIGILL, as LLVM and /proc/cpuinfo name them
