@@ -1,5 +1,6 @@
 """The datasets kept in the repository (``data/cpu.jsonl.gz``, measured on the Zen 5 project
-machine, and ``data/cpu-zen3.jsonl.gz``, ResNet-18's tasks on a Zen 3, timed in 3 sessions):
+machine; ``data/cpu-zen3.jsonl.gz`` and ``data/cpu-spr.jsonl.gz``, ResNet-18's tasks on a Zen 3
+and on a Sapphire Rapids-class Xeon, timed in 3 sessions):
 they load, cover the task sources the cost-model evaluation needs, and their stored hardware
 rows cover every record and match what the extractor computes now."""
 from __future__ import annotations
@@ -15,6 +16,7 @@ from tensortune.features.store import FeatureStore
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "cpu.jsonl.gz"
 ZEN3 = DATA.with_name("cpu-zen3.jsonl.gz")
+SPR = DATA.with_name("cpu-spr.jsonl.gz")
 
 
 @pytest.fixture(scope="module")
@@ -45,19 +47,20 @@ def test_stored_hardware_rows_match_the_extractor(dataset):
     np.testing.assert_allclose(stored.extract(inputs), fresh, rtol=1e-4, atol=1e-4)
 
 
-def test_the_zen3_dataset_is_resnet18_for_znver3_with_every_hardware_row_stored():
-    zen3 = load_dataset(ZEN3)
-    assert len(zen3) == 16 and {t.info.source for t in zen3} == {"resnet18"}
-    assert {t.task.target["mcpu"] for t in zen3} == {"znver3"}
-    assert all(t.n_ok >= 38 for t in zen3)
-    stored = FeatureStore(features_path(ZEN3), read_only=True).wrap(make_extractor("hardware"))
-    assert all(i in stored for t in zen3 for i in t.inputs)
-    data = zen3.get("resnet18.fused_matmul_add9")
-    np.testing.assert_allclose(stored.extract(data.inputs[:2]),
-                               make_extractor("hardware").extract(data.inputs[:2]),
+@pytest.mark.parametrize("path,mcpu", [(ZEN3, "znver3"), (SPR, "sapphirerapids")],
+                         ids=["zen3", "spr"])
+def test_resnet18_datasets_of_other_machines_have_every_row_and_three_sessions(path, mcpu):
+    data = load_dataset(path)
+    assert len(data) == 16 and {t.info.source for t in data} == {"resnet18"}
+    assert {t.task.target["mcpu"] for t in data} == {mcpu}
+    assert all(t.n_ok >= 38 for t in data)
+    stored = FeatureStore(features_path(path), read_only=True).wrap(make_extractor("hardware"))
+    assert all(i in stored for t in data for i in t.inputs)
+    dense = data.get("resnet18.fused_matmul_add9")
+    np.testing.assert_allclose(stored.extract(dense.inputs[:2]),
+                               make_extractor("hardware").extract(dense.inputs[:2]),
                                rtol=1e-4, atol=1e-4)
-    # every successful config was timed in 3 sessions, pooled on loading
-    noise = session_noise(zen3)
+    noise = session_noise(data)
     assert {z.sessions for z in noise} == {3} and all(z.configs >= 38 for z in noise)
-    assert all(len(r.costs) >= 9 for t in zen3 for r in t.results if r.ok)
+    assert all(len(r.costs) >= 9 for t in data for r in t.results if r.ok)
     assert 0.9 < np.mean([z.top10 for z in noise]) <= 1.0

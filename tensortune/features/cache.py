@@ -56,7 +56,10 @@ HIERARCHIES = {
     "skylake-avx512": CacheHierarchy(32 * KB, 1 * MB, 1408 * KB),
     "cascadelake": CacheHierarchy(32 * KB, 1 * MB, 1408 * KB),
     "icelake-server": CacheHierarchy(48 * KB, 1280 * KB, 1536 * KB),
-    "rocketlake": CacheHierarchy(48 * KB, 512 * KB, 2 * MB),
+    # LLVM names this project's KVM Xeons (family 6 model 167: Sapphire Rapids-class, 2 MiB of
+    # L2 per core) "rocketlake", and data/cpu.jsonl.gz carries that name; a real Rocket Lake
+    # desktop has 512 KiB of L2, but no project machine is one
+    "rocketlake": CacheHierarchy(48 * KB, 2 * MB, 1920 * KB),
     "sapphirerapids": CacheHierarchy(48 * KB, 2 * MB, 1920 * KB),
     "emeraldrapids": CacheHierarchy(48 * KB, 2 * MB, 2560 * KB),
     "graniterapids": CacheHierarchy(48 * KB, 2 * MB, 4 * MB),
@@ -103,11 +106,11 @@ def statement_nest(stmt: Statement, cores: int):
     """``(extents, footprints, private_from)`` of a statement's nest for ``data_movement``, the
     first parallel loop split into a per-core part and a serial part; None if an index of the
     statement is not modelled."""
-    loops = list(stmt.loops)
+    loops = stmt.loops
     split = next((i for i, lp in enumerate(loops) if lp.kind == 1 and lp.extent > 1), None)
     if cores <= 1:
-        split = None
-    spans = [access_profile(a, stmt.loops, stmt.defs) for a in stmt.accesses]
+        split = None  # one cache: the parallel loop is a serial one
+    spans = [access_profile(a, loops, stmt.defs) for a in stmt.accesses]
     if any(p is None for p in spans):
         return None
     spans = [p[0] for p in spans]
@@ -117,8 +120,10 @@ def statement_nest(stmt: Statement, cores: int):
         # evaluated (a fused loop's inner index covers its whole range within one core's share)
         par = loops[split]
         per_core = math.ceil(par.extent / min(cores, par.extent))
-        loops[split] = dataclasses.replace(par, extent=per_core)
-        inner = [access_profile(a, tuple(loops), stmt.defs)[0] for a in stmt.accesses]
+        # only the split loop's row changes: the others get extent 1, which the profile skips
+        alone = tuple(dataclasses.replace(lp, extent=per_core if j == split else 1)
+                      for j, lp in enumerate(loops))
+        inner = [access_profile(a, alone, stmt.defs)[0] for a in stmt.accesses]
         for b, span in enumerate(spans):
             outer = np.maximum(span[split] - inner[b][split], 0)
             spans[b] = np.concatenate([span[:split], [outer], inner[b][split:split + 1],
@@ -139,12 +144,10 @@ def cache_row(func, flops: int, target: dict, caches: CacheHierarchy | None = No
     (its cores, and its cache hierarchy unless ``caches`` is given)."""
     caches = caches or hierarchy_of(target)
     cores = int(target.get("num-cores") or 1)
-    row = np.zeros(len(FEATURE_NAMES), dtype=np.float32)
     statements = collect_statements(func)
     main = main_statement(statements)
     if main is None:
-        return row
-    row[0] = 1.0
+        return np.zeros(len(FEATURE_NAMES), dtype=np.float32)
     log_flops = math.log2(max(flops, 1))
     capacities = [caches.l1, caches.l2, caches.l3]
     totals = np.zeros(len(LEVELS))
@@ -161,21 +164,17 @@ def cache_row(func, flops: int, target: dict, caches: CacheHierarchy | None = No
                 per_buffer[lv, :k] = moved[:k]
 
     def per_flop(x):
+        x = np.atleast_1d(np.asarray(x, dtype=np.float64))
         return np.where(x > 0, np.log2(np.maximum(x, 1e-30)) - log_flops, ZERO)
 
-    fills = np.array([caches.fill_l1, caches.fill_l2, caches.fill_l3])
-    cycles = totals / fills / cores
-    at = 1
-    row[at:at + 3] = per_flop(totals)
-    row[at + 3:at + 12] = per_flop(per_buffer).ravel()
-    row[at + 12:at + 15] = per_flop(cycles)
-    row[at + 15] = per_flop(np.array([cycles.max()]))[0]
-    row[at + 16] = float(np.argmax(cycles))
+    cycles = totals / np.array([caches.fill_l1, caches.fill_l2, caches.fill_l3]) / cores
     # compulsory: the function's arguments, each moved once
     params = sum(math.prod(_const(d) for d in p.shape) * _itemsize(str(p.dtype))
                  for p in func.params if getattr(p, "shape", None) is not None)
-    row[at + 17] = per_flop(np.array([float(params)]))[0]
-    return row
+    row = np.concatenate([[1.0], per_flop(totals), per_flop(per_buffer).ravel(),
+                          per_flop(cycles), per_flop(cycles.max()), [np.argmax(cycles)],
+                          per_flop(params)])
+    return row.astype(np.float32)
 
 
 class CacheFeatures(CachedExtractor):
