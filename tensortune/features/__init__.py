@@ -45,6 +45,7 @@ def build_part(name: str, built: dict) -> FeatureExtractor:
     return cls(built[source]) if source in built else cls()
 
 
-__all__ = ["build_part", "CacheFeatures", "RooflineFeatures", "FeatureExtractor", "CachedExtractor", "ConcatFeatures", "KnobFeatures",
-           "IterVarFeatures", "feature_names", "make_extractor", "EXTRACTORS", "CurveFeatures",
-           "GraphFeatures", "TaskGraph", "task_graph", "HardwareCPUFeatures", "HardwareCUDAFeatures"]
+__all__ = ["build_part", "CacheFeatures", "RooflineFeatures", "FeatureExtractor",
+           "CachedExtractor", "ConcatFeatures", "KnobFeatures", "IterVarFeatures",
+           "feature_names", "make_extractor", "EXTRACTORS", "CurveFeatures", "GraphFeatures",
+           "TaskGraph", "task_graph", "HardwareCPUFeatures", "HardwareCUDAFeatures"]

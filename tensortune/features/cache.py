@@ -15,8 +15,8 @@ loop is split into one part per core (no reuse across cores) and a serial part e
 
 A row holds, per level, the bytes moved in per FLOP (all statements; and per buffer of the main
 statement) and the cycles per FLOP the next level's bandwidth needs to deliver them, the largest
-of those (the memory bound) and which level binds, and the compulsory traffic (every buffer's
-size) per FLOP. Everything is log2, restated per FLOP so that tasks of different sizes compare.
+of those (the memory bound) and which level binds, and the compulsory traffic (the function's
+arguments, each moved once) per FLOP. Everything is log2, restated per FLOP so that tasks of different sizes compare.
 Nothing is compiled: the row needs only the scheduled TIR, a few milliseconds per candidate.
 """
 from __future__ import annotations
