@@ -1,8 +1,8 @@
 """The datasets kept in the repository (``data/cpu.jsonl.gz``, measured on the project's Xeon,
-whose records say mcpu rocketlake; ``data/cpu-zen3.jsonl.gz`` and ``data/cpu-spr.jsonl.gz``, ResNet-18's tasks on a Zen 3
-and on a Sapphire Rapids-class Xeon, timed in 3 sessions):
-they load, cover the task sources the cost-model evaluation needs, and their stored hardware
-rows cover every record and match what the extractor computes now."""
+whose records say mcpu rocketlake; ``data/cpu-zen3.jsonl.gz`` and ``data/cpu-spr.jsonl.gz``,
+ResNet-18's tasks on a Zen 3 and on a Sapphire Rapids-class Xeon, timed in 3 sessions): they
+load, cover the task sources the cost-model evaluation needs, and their stored hardware rows
+cover every record and match what the extractor computes now."""
 from __future__ import annotations
 
 from pathlib import Path
