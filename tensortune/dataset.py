@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -191,6 +191,24 @@ class Dataset:
                                f"{', '.join(self.names)}; sources: {', '.join(sources)}")
             picked |= hits
         return sorted(picked)
+
+    def join(self, other: "Dataset") -> "Dataset":
+        """This dataset's tasks then ``other``'s (e.g. another file measured on the same kind
+        of machine); a name taken already gets ``#`` and the task key's head, as two targets
+        of one workload do in one file. A task in both is an error: its records would count
+        twice."""
+        keys = {t.info.key for t in self.tasks}
+        both = [t.name for t in other.tasks if t.info.key in keys]
+        if both:
+            raise ValueError(f"{other.path} repeats tasks of {self.path}: {', '.join(both)}")
+        used, added = set(self.names), []
+        for t in other.tasks:
+            if t.name in used:
+                t = replace(t, info=replace(
+                    t.info, name=f"{t.name}#{t.info.key[:6]}"))
+            used.add(t.name)
+            added.append(t)
+        return Dataset(self.tasks + tuple(added), self.path)
 
 
 # -- manifest --------------------------------------------------------------------------------------

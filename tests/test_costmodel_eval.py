@@ -334,6 +334,31 @@ def test_cli_compare_pretrains_on_a_history_dataset(cli, dataset_path, tmp_path)
     assert [(t["task"], t["n_train"]) for t in row["tasks"]] == [("dense", 3 * PER_TASK)]
 
 
+def test_cli_compare_pools_the_tasks_of_several_datasets_into_its_folds(cli, dataset_path,
+                                                                        tmp_path):
+    """--also: another file's tasks are trained and scored like --dataset's; a name taken
+    already is told apart by its key, and twins across the files share a fold."""
+    other = tmp_path / "more.jsonl"
+    write_synthetic(other, seed=7, target={**TARGET, "mcpu": "znver3"}, names=("mm_b", "dense"))
+    result = CliRunner().invoke(cli, ["costmodel", "compare", "--dataset", str(dataset_path),
+                                      "--also", str(other), "--models", "xgb-reg",
+                                      "--features", "itervar", "--folds", "2", "--json"])
+    assert result.exit_code == 0, result.output
+    doc = _last_json(result.stdout)
+    assert doc["also"] == [str(other)]
+    (row,) = doc["rows"]
+    tasks = {t["task"]: t for t in row["tasks"]}
+    assert len(tasks) == 6 and {"mm_b", "dense", "mm_a", "conv"} <= set(tasks)
+    twins = [n for n in tasks if "#" in n]
+    assert sorted(n.split("#")[0] for n in twins) == ["dense", "mm_b"]
+    for name in twins:  # scored together with its twin: trained on neither
+        base = name.split("#")[0]
+        assert tasks[name]["n_train"] == tasks[base]["n_train"]
+    again = CliRunner().invoke(cli, ["costmodel", "eval", "--dataset", str(dataset_path),
+                                     "--also", str(dataset_path), "--features", "itervar"])
+    assert again.exit_code == 2 and "repeats tasks" in again.output
+
+
 def test_cli_refuses_unknown_models_and_features(cli, dataset_path):
     runner = CliRunner()
     bad_model = runner.invoke(cli, ["costmodel", "eval", "--dataset", str(dataset_path),
