@@ -203,10 +203,7 @@ class Dataset:
             raise ValueError(f"{other.path} repeats tasks of {self.path}: {', '.join(both)}")
         used, added = set(self.names), []
         for t in other.tasks:
-            if t.name in used:
-                t = replace(t, info=replace(
-                    t.info, name=f"{t.name}#{t.info.key[:6]}"))
-            used.add(t.name)
+            t = replace(t, info=_unique(t.info, used))
             added.append(t)
         return Dataset(self.tasks + tuple(added), self.path)
 
@@ -290,6 +287,14 @@ def record_sessions(path: str | os.PathLike,
     return sessions
 
 
+def _unique(info: TaskInfo, used: set[str]) -> TaskInfo:
+    """``info``, renamed ``name#<key head>`` if its name is in ``used``; adds the name used."""
+    if info.name in used:
+        info = replace(info, name=f"{info.name}#{info.key[:6]}")
+    used.add(info.name)
+    return info
+
+
 def load_dataset(path: str | os.PathLike,
                  on_corrupt: Callable[[int, str], None] | None = None) -> Dataset:
     """The records of ``path`` grouped by task, named by the manifest when there is one."""
@@ -303,9 +308,7 @@ def load_dataset(path: str | os.PathLike,
         task = group["task"]
         info = manifest.get(key) or TaskInfo(key, default_name(task.workload),
                                               op_kind(task.workload), "records")
-        if info.name in used:  # two targets (or TVM versions) of one workload
-            info = TaskInfo(info.key, f"{info.name}#{key[:6]}", info.op, info.source, info.weight)
-        used.add(info.name)
+        info = _unique(info, used)  # two targets (or TVM versions) of one workload
         configs = group["configs"]
         tasks.append(TaskData(info, task, tuple(MeasureInput(task, c) for c in configs),
                               tuple(pool_results(rs) for rs in configs.values())))
