@@ -223,6 +223,27 @@ def test_mapping_follows_ir_order_nesting_trip_counts_and_unrolling():
     assert parallel_split(10, 4, 2) == (3, 4)
 
 
+def test_a_row_that_counts_too_little_work_is_scaled_up_to_the_workload():
+    names = hardware_cpu.FEATURE_NAMES
+    row = np.zeros(len(names), dtype=np.float32)
+    row[names.index("fp_work_ratio")] = 0.25  # the map found a quarter of the FLOPs
+    row[names.index("fma_vec")] = math.log2(1 + 1000)
+    row[names.index("log_dynamic_instructions")] = math.log2(1 + 8000)
+    row[names.index("spill_loads")] = 0.0  # no spills: none are made up
+    row[names.index("mapped_fraction")] = 0.5
+    out = hardware_cpu.cover_workload(row)
+    assert out[names.index("fma_vec")] == pytest.approx(math.log2(1 + 4000))
+    assert out[names.index("log_dynamic_instructions")] == pytest.approx(math.log2(1 + 32000))
+    assert out[names.index("spill_loads")] == 0.0
+    # what the map found stays visible; static facts are not counts
+    assert out[names.index("fp_work_ratio")] == 0.25 and out[names.index("mapped_fraction")] == 0.5
+    for ratio in (0.0, 0.5, 2.0):  # nothing counted (no FP at all), or enough: unchanged
+        row[names.index("fp_work_ratio")] = ratio
+        np.testing.assert_array_equal(hardware_cpu.cover_workload(row), row)
+    np.testing.assert_array_equal(hardware_cpu.cover_workload(hardware_cpu.invalid_row()),
+                                  hardware_cpu.invalid_row())
+
+
 # -- compiled CPU kernels -------------------------------------------------------------------------
 def cpu_profile(task: Task, config: Config) -> hardware_cpu.CPUProfile:
     import tvm

@@ -92,3 +92,22 @@ def test_the_zoo_dataset_joins_the_main_one_as_more_training_tasks(dataset):
     assert 0.95 < np.mean([z.top10 for z in noise if z.top10 is not None]) <= 1.0
     joined = dataset.join(zoo)  # what `costmodel compare --also` evaluates
     assert len(joined) == len(dataset) + len(zoo) and len(set(joined.names)) == len(joined)
+
+
+def test_a_stored_row_the_loop_map_undercounts_covers_the_workload():
+    # a config vectorized along a strided axis: the compiler unrolls a loop into copies the map
+    # cannot place, and the counts found cover 1/16 of the FLOPs; the stored row (version 2)
+    # is scaled up to them, as the extractor now computes it
+    from tensortune.features.hardware_cpu import FEATURE_NAMES
+
+    task = load_dataset(ZOO).get("squeezenet1_1.fused_conv2d3_add2_relu2")
+    short = [i for i in task.inputs if i.config["vector_axis"] == "yy"
+             and i.config["tile_yy"] == (1, 1, 1, 55) and i.config["tile_ff"] == (8, 4, 2, 1)]
+    assert len(short) == 1
+    stored = FeatureStore(features_path(ZOO), read_only=True).wrap(make_extractor("hardware"))
+    row = stored.extract(short)[0]
+    np.testing.assert_allclose(row, make_extractor("hardware").extract(short)[0],
+                               rtol=1e-4, atol=1e-4)
+    assert row[FEATURE_NAMES.index("fp_work_ratio")] == pytest.approx(1 / 16, rel=1e-3)
+    flops = task.task.workload.flops
+    assert row[FEATURE_NAMES.index("log_fp_lanes")] == pytest.approx(np.log2(1 + flops), rel=1e-4)
