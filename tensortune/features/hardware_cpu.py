@@ -161,6 +161,8 @@ def feature_row(prof: CPUProfile, ir: list[IRLoop], flops: int, cores: int) -> n
 # the dynamic counts of a row (log2(1 + count) columns) that scale with how often loops run
 DYNAMIC = CLASS_NAMES + ("log_fp_lanes", "spill_stores", "spill_loads", "log_dynamic_instructions")
 MIN_WORK_RATIO = 0.5
+_DYNAMIC_COLS = [FEATURE_NAMES.index(n) for n in DYNAMIC]
+_RATIO, _INVALID = FEATURE_NAMES.index("fp_work_ratio"), FEATURE_NAMES.index("invalid")
 
 
 def cover_workload(row: np.ndarray) -> np.ndarray:
@@ -176,12 +178,11 @@ def cover_workload(row: np.ndarray) -> np.ndarray:
     XGBoost's held-out top-10 ratio from 0.933 to 0.940 (README, "Counting the whole workload").
     """
     row = np.array(row, dtype=np.float32)
-    ratio = float(row[FEATURE_NAMES.index("fp_work_ratio")])
-    if row[FEATURE_NAMES.index("invalid")] > 0 or not 0.0 < ratio < MIN_WORK_RATIO:
+    ratio = float(row[_RATIO])
+    if row[_INVALID] > 0 or not 0.0 < ratio < MIN_WORK_RATIO:
         return row
-    cols = [FEATURE_NAMES.index(n) for n in DYNAMIC]
-    counts = np.exp2(row[cols].astype(np.float64)) - 1.0
-    row[cols] = np.log2(1.0 + counts / ratio)
+    counts = np.exp2(row[_DYNAMIC_COLS].astype(np.float64)) - 1.0
+    row[_DYNAMIC_COLS] = np.log2(1.0 + counts / ratio)
     return row
 
 
