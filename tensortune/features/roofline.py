@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..measure.types import MeasureInput
-from .hardware_cpu import CLASS_NAMES, FEATURE_NAMES as HW_NAMES
+from .hardware_cpu import DYNAMIC, FEATURE_NAMES as HW_NAMES
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ class PortModel:
 
 RESOURCES = ("fp", "load", "store", "shuffle", "issue")
 # absolute dynamic counts (hardware row columns, log2(1 + x)) restated per FLOP
-PER_FLOP = CLASS_NAMES + ("log_fp_lanes", "spill_stores", "spill_loads", "log_dynamic_instructions")
+PER_FLOP = DYNAMIC
 FEATURE_NAMES = (
     "invalid", *(f"{n}_per_flop" for n in PER_FLOP),
     *(f"{r}_cycles_per_flop" for r in RESOURCES),
