@@ -68,6 +68,9 @@ def collect(
     adopt: Optional[list[Path]] = typer.Option(None, help="records logs of this machine (e.g. "
                                                "a model's tuning) whose records of these tasks "
                                                "to copy in; repeatable"),
+    skip: Optional[list[Path]] = typer.Option(None, help="datasets whose tasks not to collect "
+                                              "(so that `costmodel --also` can pool the "
+                                              "files); repeatable"),
     random_fraction: float = typer.Option(0.5, help="share of random configs; the rest are "
                                           "XGBoost-guided"),
     features: str = typer.Option("knob", help="features of the guiding XGBoost model"),
@@ -75,13 +78,19 @@ def collect(
     as_json: bool = typer.Option(False, "--json", help="end with one JSON summary line on stdout"),
 ):
     """Measure random and tuner-guided configs of many tasks into one records file."""
+    from .dataset import manifest_path, read_manifest
     from .dataset_collect import collect_dataset, resolve_tasks
     from .workload import default_target
 
     settings = dataclasses.replace(Settings.from_env(), seed=seed)
     target = settings.target or default_target(settings.measure.threads)
+    held: set[str] = set()
+    for path in skip or []:
+        if not manifest_path(path).exists():
+            _fail(f"--skip {path}: no dataset manifest at {manifest_path(path)}")
+        held |= set(read_manifest(path))
     try:
-        resolved = resolve_tasks(_names(tasks), target,
+        resolved = resolve_tasks(_names(tasks), target, skip=held,
                                  on_model=lambda m: console.print(f"extracting the tasks of {m}"))
         if per_task < 0 or not 0 <= random_fraction <= 1:
             raise ValueError("--per-task must be >= 0 and --random-fraction in [0, 1]")

@@ -10,7 +10,7 @@ Both append records flushed per measurement, so a killed run resumes where it st
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,11 +60,13 @@ def _measuring(out: str | os.PathLike, settings: Settings
 
 
 def resolve_tasks(specs: Sequence[str], target: dict,
-                  on_model: Callable[[str], None] | None = None) -> list[tuple[TaskInfo, Task]]:
+                  on_model: Callable[[str], None] | None = None,
+                  skip: Collection[str] = frozenset()) -> list[tuple[TaskInfo, Task]]:
     """Tasks for names: ``benchmark`` (the four benchmark operators), one benchmark operator's
     name, or a zoo model (its tunable conv2d / dense / matmul tasks, via ``extract_tasks``).
     A task met twice (the same fused function in two models) is kept once, under its first
-    name. ``on_model(name)`` is called before a model is imported (it takes seconds)."""
+    name; a task whose key is in ``skip`` (another dataset holds it) is left out.
+    ``on_model(name)`` is called before a model is imported (it takes seconds)."""
     bench = benchmark_workloads()
     out: dict[str, tuple[TaskInfo, Task]] = {}
     for spec in specs:
@@ -87,7 +89,7 @@ def resolve_tasks(specs: Sequence[str], target: dict,
             info = TaskInfo(task.key, f"{spec}.{tune_task.name}", op_kind(task.workload), spec,
                             tune_task.weight)
             out.setdefault(task.key, (info, task))
-    return list(out.values())
+    return [pair for key, pair in out.items() if key not in skip]
 
 
 def _model_tasks(name: str, target: dict) -> list:

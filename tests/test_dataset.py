@@ -101,6 +101,17 @@ def test_dataset_info_command(collected):
     assert [(t["sessions"], t["session_top10"]) for t in doc["tasks"]] == [(1, None), (1, None)]
 
 
+def test_collect_names_a_skip_dataset_without_manifest(tmp_path):
+    app = typer.Typer()
+    register(app)
+    result = CliRunner().invoke(app, ["dataset", "collect", "--tasks", "matmul_512", "--out",
+                                      str(tmp_path / "d.jsonl"), "--skip", str(tmp_path / "x.jsonl")])
+    assert result.exit_code != 0
+    said = " ".join(result.output.split())  # the console wraps long lines
+    assert "--skip" in said and "x.jsonl: no dataset manifest" in said
+    assert not (tmp_path / "d.jsonl").exists()
+
+
 def test_records_without_manifest_get_default_names_and_repeats_are_pooled(tmp_path):
     task = Task(Matmul(m=16, n=8, k=4), {"kind": "llvm"})
     cfgs = task_space(task).sample_many(3, __import__("numpy").random.default_rng(0))
@@ -174,6 +185,9 @@ def test_benchmark_tasks_and_op_kinds():
     assert default_name(benchmark_workloads()["conv2d_C12"]) == "conv2d_C12"
     with pytest.raises(KeyError, match="zoo model"):
         resolve_tasks(["alexnet"], {"kind": "llvm"})
+    held = {resolved[0][0].key}  # a task another dataset holds is not collected again
+    assert [i.name for i, _ in resolve_tasks(["benchmark"], {"kind": "llvm"}, skip=held)] == [
+        "conv2d_C12", "matmul_512", "dense_128x768x3072"]
 
     conv = Conv2d(n=1, c=8, h=8, w=8, filters=8, kh=3, kw=3, padding=1, groups=8)
     assert op_kind(conv) == "depthwise_conv2d"

@@ -3,6 +3,7 @@ hang or compute wrong results (see tests/faulty_templates.py)."""
 from __future__ import annotations
 
 import ctypes
+import functools
 import math
 import os
 import time
@@ -12,10 +13,13 @@ import pytest
 
 from tensortune.measure import (BuildResult, ErrorKind, JobFailure, LocalBuilder, LocalRunner,
                                 MeasureInput, MeasureResult, Runner, WorkerPool)
+from tensortune.measure import pool as pool_module
 from tensortune.measure.pool import CRASHED, ERROR, TIMEOUT
 from tensortune.settings import MeasureSettings
 from tensortune.space import Config, task_space
 from tensortune.workload import Matmul, Task, default_target
+
+from tests.flaky_start import flaky_start
 
 WORKLOAD = Matmul(m=32, n=32, k=32)
 SETTINGS = MeasureSettings(run_timeout_s=3.0, number=2, repeat=2, min_repeat_ms=2, warmup=1)
@@ -48,6 +52,23 @@ def test_pool_reports_results_errors_timeouts_and_crashes_and_recovers():
         assert pool.map(math.sqrt, [25.0, 36.0], timeout_s=10) == [5.0, 6.0]
         after = set(pool.map(_pid, [0, 1], timeout_s=10))
         assert len(after) == 2 and len(pids & after) <= 1  # the killed workers were replaced
+
+
+def test_a_replacement_that_fails_to_start_is_retried_then_named(tmp_path, monkeypatch):
+    monkeypatch.setattr(pool_module, "REPLACE_BACKOFF_S", 0.0)
+    countdown = tmp_path / "countdown"
+    countdown.write_text("0")
+    with WorkerPool(1, initializer=functools.partial(flaky_start, str(countdown))) as pool:
+        assert pool.map(math.sqrt, [4.0], timeout_s=10) == [2.0]
+        countdown.write_text(str(pool_module.REPLACE_ATTEMPTS - 1))  # all but the last start fail
+        out = pool.map(ctypes.string_at, [0], timeout_s=10)
+        assert out[0].kind == CRASHED and countdown.read_text() == "0"
+        assert pool.map(math.sqrt, [9.0], timeout_s=10) == [3.0]
+
+        countdown.write_text(str(pool_module.REPLACE_ATTEMPTS))  # every start fails
+        with pytest.raises(RuntimeError, match=r"could not replace a worker in 3 attempts; "
+                                               r"the last: worker failed to start \(exit code 3\)"):
+            pool.map(ctypes.string_at, [0], timeout_s=10)
 
 
 # -- builder and runner ------------------------------------------------------------------------------

@@ -2,7 +2,8 @@
 whose records say mcpu rocketlake, timed in 2 sessions; ``data/cpu-zen3.jsonl.gz`` and
 ``data/cpu-spr.jsonl.gz``, ResNet-18's tasks on a Zen 3 and on a Sapphire Rapids-class Xeon,
 timed in 3 sessions; ``data/cpu-spr-zoo.jsonl.gz``, ResNet-50's, VGG-11's and SqueezeNet 1.1's
-tasks on that Xeon, timed in 2 sessions): they load, cover the task sources the cost-model evaluation needs, and
+tasks on that Xeon, and ``data/cpu-spr-zoo2.jsonl.gz``, GoogLeNet's and MobileNet V1's, each
+timed in 2 sessions): they load, cover the task sources the cost-model evaluation needs, and
 their stored hardware rows cover every record and match what the extractor computes now."""
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ DATA = Path(__file__).resolve().parent.parent / "data" / "cpu.jsonl.gz"
 ZEN3 = DATA.with_name("cpu-zen3.jsonl.gz")
 SPR = DATA.with_name("cpu-spr.jsonl.gz")
 ZOO = DATA.with_name("cpu-spr-zoo.jsonl.gz")
+ZOO2 = DATA.with_name("cpu-spr-zoo2.jsonl.gz")
 
 
 @pytest.fixture(scope="module")
@@ -76,17 +78,21 @@ def test_resnet18_datasets_of_other_machines_have_every_row_and_three_sessions(p
     assert 0.9 < np.mean([z.top10 for z in noise]) <= 1.0
 
 
-def test_the_zoo_dataset_joins_the_main_one_as_more_training_tasks(dataset):
-    zoo = load_dataset(ZOO)
-    assert {t.info.source for t in zoo} == {"resnet50", "vgg11", "squeezenet1_1"}
-    assert len(zoo) >= 50 and all(t.n_ok >= 30 for t in zoo)
+@pytest.mark.parametrize("path,sources,size", [
+    (ZOO, {"resnet50", "vgg11", "squeezenet1_1"}, 53), (ZOO2, {"googlenet", "mobilenet_v1"}, 67)],
+    ids=["zoo", "zoo2"])
+def test_the_zoo_datasets_join_the_main_one_as_more_training_tasks(dataset, path, sources, size):
+    zoo = load_dataset(path)
+    assert {t.info.source for t in zoo} == sources
+    assert len(zoo) == size and all(t.n_ok >= 30 for t in zoo)
     assert {t.task.target["mcpu"] for t in zoo} == {"sapphirerapids"}
-    stored = FeatureStore(features_path(ZOO), read_only=True).wrap(make_extractor("hardware"))
+    stored = FeatureStore(features_path(path), read_only=True).wrap(make_extractor("hardware"))
     assert all(i in stored for t in zoo for i in t.inputs)
-    sessions = record_sessions(ZOO)
+    sessions = record_sessions(path)
     assert all(len(sessions[(t.task.key, i.config)]) == 2
                for t in zoo for i, r in zip(t.inputs, t.results) if r.ok)
-    # one config's second build overran its time limit: recorded as such, its first timing kept
+    # in the first zoo dataset one config's second build overran its time limit: recorded as
+    # such, its first timing kept
     noise = session_noise(zoo)
     assert sum(z.sessions == 2 for z in noise) >= len(zoo) - 1
     assert 0.95 < np.mean([z.top10 for z in noise if z.top10 is not None]) <= 1.0

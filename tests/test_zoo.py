@@ -7,9 +7,13 @@ from tensortune.zoo import ZOO, BertConfig, bert_base, parameter_count, zoo_mode
 PUBLISHED = {
     "resnet18": 11_689_512,
     "resnet50": 25_557_032,
+    "mobilenet_v1": 4_231_976,  # Keras MobileNet (alpha 1.0, 224): its trainable parameters
     "mobilenet_v2": 3_504_872,
     "squeezenet1_1": 1_235_496,
     "vgg11": 132_863_336,
+    # torchvision's googlenet without auxiliary heads (6,624,904) has 3x3 convolutions where the
+    # paper's third branch has 5x5: 16 more weights for each of that branch's 23,808 channel pairs
+    "googlenet": 6_624_904 + 16 * 23_808,
     "bert_base": 109_482_240,  # embeddings 23,837,184 + 12 layers + pooler 590,592
 }
 
@@ -30,8 +34,8 @@ def test_zoo_is_a_constant_mapping_and_unknown_names_list_the_known_ones():
     assert set(ZOO) == set(PUBLISHED)
     with pytest.raises(TypeError):
         ZOO["mine"] = lambda: None  # type: ignore[index]
-    with pytest.raises(KeyError, match="'resnet19'; known: bert_base, mobilenet_v2, resnet18, "
-                                       "resnet50, squeezenet1_1, vgg11"):
+    with pytest.raises(KeyError, match="'resnet19'; known: bert_base, googlenet, mobilenet_v1, "
+                                       "mobilenet_v2, resnet18, resnet50, squeezenet1_1, vgg11"):
         zoo_model("resnet19")
 
 
@@ -41,9 +45,10 @@ def test_image_models_take_the_requested_batch_and_size_and_run():
     assert x.shape == (2, 3, 32, 32) and x.dtype == torch.float32
     with torch.no_grad():
         assert module(x).shape == (2, 1000)
-    module, (x,) = zoo_model("squeezenet1_1", image_size=64)
-    with torch.no_grad():
-        assert module(x).shape == (1, 1000)
+    for name in ("squeezenet1_1", "mobilenet_v1", "googlenet"):
+        module, (x,) = zoo_model(name, image_size=64)
+        with torch.no_grad():
+            assert module(x).shape == (1, 1000)
 
 
 def test_weights_are_deterministic_and_the_global_rng_is_untouched():

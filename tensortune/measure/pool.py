@@ -4,6 +4,7 @@ Workers are started with the "spawn" context (TVM's threads and LLVM state must 
 import their heavy modules once through ``initializer`` and then serve jobs over a ``Pipe`` until
 closed. A job that overruns its time limit gets its worker killed and replaced; a job that kills
 its worker (a segfault in generated code) is reported with the signal and the worker replaced.
+A replacement that fails to start is tried again, up to ``REPLACE_ATTEMPTS`` times.
 """
 from __future__ import annotations
 
@@ -20,6 +21,10 @@ CRASHED = "crashed"
 ERROR = "error"  # the job raised; the worker is fine
 
 STARTUP_TIMEOUT_S = 300.0  # importing TVM on a loaded 2-core machine can take a while
+# a replacement that fails to start is retried: a start can fail for passing reasons (memory
+# pressure, a neighbour's load) and a failed start would otherwise end the whole run
+REPLACE_ATTEMPTS = 3
+REPLACE_BACKOFF_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -124,9 +129,18 @@ class WorkerPool:
                 w.await_ready()
 
     def _replace(self, slot: int) -> None:
-        w = _Worker(self._ctx, self._initializer)
-        w.await_ready()
-        self._workers[slot] = w
+        for attempt in range(1, REPLACE_ATTEMPTS + 1):
+            w = _Worker(self._ctx, self._initializer)
+            try:
+                w.await_ready()
+            except RuntimeError as err:
+                if attempt == REPLACE_ATTEMPTS:
+                    raise RuntimeError(f"could not replace a worker in {attempt} attempts; "
+                                       f"the last: {err}") from None
+                time.sleep(REPLACE_BACKOFF_S * attempt)
+            else:
+                self._workers[slot] = w
+                return
 
     def map(self, fn: Callable, jobs: Sequence, timeout_s: float) -> list:
         """``fn(job)`` for each job, in order; a ``JobFailure`` where a job failed to deliver.

@@ -1,4 +1,5 @@
-"""MobileNetV2 (width 1.0) as in torchvision: inverted residuals with linear bottlenecks."""
+"""MobileNet V1 (width 1.0: depthwise-separable convolutions) and MobileNetV2 (width 1.0, as in
+torchvision: inverted residuals with linear bottlenecks)."""
 from __future__ import annotations
 
 from torch import nn
@@ -12,6 +13,26 @@ def _conv_bn_relu6(cin: int, cout: int, kernel: int, stride: int = 1,
                    groups: int = 1) -> nn.Sequential:
     conv = nn.Conv2d(cin, cout, kernel, stride, kernel // 2, groups=groups, bias=False)
     return nn.Sequential(conv, nn.BatchNorm2d(cout), nn.ReLU6(inplace=True))
+
+
+# V1: output channels and stride of each depthwise-separable block (the paper's Table 1)
+V1_BLOCKS = ((64, 1), (128, 2), (128, 1), (256, 2), (256, 1), (512, 2), (512, 1), (512, 1),
+             (512, 1), (512, 1), (512, 1), (1024, 2), (1024, 1))
+
+
+class MobileNetV1(nn.Module):
+    def __init__(self, num_classes: int = 1000):
+        super().__init__()
+        layers, cin = [_conv_bn_relu6(3, 32, 3, 2)], 32
+        for cout, stride in V1_BLOCKS:
+            layers += [_conv_bn_relu6(cin, cin, 3, stride, groups=cin), _conv_bn_relu6(cin, cout, 1)]
+            cin = cout
+        self.features = nn.Sequential(*layers)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.classifier = nn.Linear(cin, num_classes)
+
+    def forward(self, x):
+        return self.classifier(self.pool(self.features(x)).flatten(1))
 
 
 class InvertedResidual(nn.Module):
@@ -43,6 +64,10 @@ class MobileNetV2(nn.Module):
 
     def forward(self, x):
         return self.classifier(self.pool(self.features(x)).flatten(1))
+
+
+def mobilenet_v1(num_classes: int = 1000) -> MobileNetV1:
+    return MobileNetV1(num_classes)
 
 
 def mobilenet_v2(num_classes: int = 1000) -> MobileNetV2:
