@@ -108,7 +108,8 @@ def eval_cmd(
     also: Optional[list[Path]] = typer.Option(None, help=ALSO_HELP),
     model: str = typer.Option("xgb-rank", help="xgb-rank | xgb-reg | gtuner | ensemble"),
     features: str = typer.Option("knob+itervar", help="e.g. knob, itervar, curve, knob+itervar"),
-    split: str = typer.Option("by-task", help="by-task (transfer to unseen tasks) | within-task"),
+    split: str = typer.Option("by-task", help="by-task (transfer to unseen tasks) | by-model (leave "
+                                             "one model out) | within-task"),
     holdout: Optional[str] = typer.Option(None, help="by-task: comma-separated held-out task "
                                           "names or sources (default: every task, in folds)"),
     folds: int = typer.Option(4, help="by-task without --holdout: task-level folds"),
@@ -155,7 +156,7 @@ def compare_cmd(
     features: Optional[str] = typer.Option(None, help="comma-separated feature sets (default: "
                                            "knob, itervar, curve, knob+itervar, and the "
                                            "hardware ones when available)"),
-    split: str = typer.Option("by-task", help="by-task | within-task"),
+    split: str = typer.Option("by-task", help="by-task | by-model | within-task"),
     holdout: Optional[str] = typer.Option(None, help="by-task: held-out task names or sources"),
     folds: int = typer.Option(4, help="by-task without --holdout: task-level folds"),
     finetune: int = typer.Option(0, help="by-task: records of each held-out task to fine-tune on"),

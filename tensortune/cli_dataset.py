@@ -212,7 +212,8 @@ def features_cmd(
                                     help="seconds per row; a config that overruns gets an invalid row"),
 ):
     """Precompute costly feature rows (hardware compiles every config) into the dataset's
-    feature store, which ``costmodel eval|compare`` and the benchmarks read."""
+    feature store, which ``costmodel eval|compare`` and the benchmarks read, then pack them
+    (gzip) for the repository."""
     from .dataset import features_path
     from .features import make_extractor
     from .features.store import COSTLY, FeatureStore, fill
@@ -234,3 +235,5 @@ def features_cmd(
             done = fill(store, name, inputs, jobs, on_chunk=lambda n: progress.advance(bar, n),
                         timeout_s=timeout_s)
         console.print(f"{name}: computed {done} rows into {store.directory}")
+    for file, rows in store.pack().items():
+        console.print(f"packed {rows} rows into {store.directory / file}.gz")

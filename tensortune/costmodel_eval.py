@@ -1,6 +1,6 @@
 """How good is a cost model on a dataset: splits, fitting, per-task metrics, comparisons.
 
-Two ways to split a ``Dataset``:
+Three ways to split a ``Dataset``:
 
 - ``by-task`` (transfer): whole tasks are held out; the model is pretrained on the other
   tasks and never sees a held-out task except, with ``finetune=k``, ``k`` random records of it
@@ -9,6 +9,10 @@ Two ways to split a ``Dataset``:
   With a ``history`` dataset (e.g. records of another machine) the model is instead pretrained
   on the history's tasks, less the twins of the scored tasks unless ``history_twins``, and
   every task of ``dataset`` (or of ``holdout``) is scored.
+- ``by-model``: leave one model out: every task of one source model (``TaskInfo.source``) is
+  held out at once, in one fold per model (``model_folds``), so the model never trained on a
+  sibling layer of the network it scores, nor on another model's twin of one of its tasks;
+  ``finetune`` works as in ``by-task``.
 - ``within-task``: one model per task (of ``holdout``, if given), trained on a random
   ``train_fraction`` of its records and scored on the rest (no transfer).
 
@@ -35,12 +39,12 @@ import numpy as np
 
 from .cost_model.base import normalized_throughput
 from .cost_model.metrics import pairwise_accuracy, pearson, spearman, topk_ratio
-from .costmodel_splits import Fold, history_fold, record_split, task_folds
+from .costmodel_splits import Fold, history_fold, model_folds, record_split, task_folds
 from .dataset import Dataset, TaskData
 from .features import ConcatFeatures, FeatureExtractor
 
 MODELS = ("xgb-rank", "xgb-reg", "gtuner", "ensemble")
-SPLITS = ("by-task", "within-task")
+SPLITS = ("by-task", "by-model", "within-task")
 TOPK = (10, 50)
 MIN_SCORED = 5  # fewer successful test records than this make no meaningful correlation
 METRICS = ("pearson", "spearman", "pairwise") + tuple(f"top{k}" for k in TOPK)
@@ -253,6 +257,9 @@ def evaluate(dataset: Dataset, model: str | ModelFactory, features: str, split: 
         raise ValueError(f"finetune must be >= 0, got {finetune}")
     if history is not None and split != "by-task":
         raise ValueError("a history dataset pretrains for the by-task split only")
+    if split == "by-model" and holdout:
+        raise ValueError("by-model holds out every model once; to hold out named tasks or "
+                         "models use the by-task split with holdout")
     if split == "within-task" and not 0.0 < train_fraction < 1.0:
         raise ValueError(f"train_fraction must be in (0, 1), got {train_fraction}")
     if isinstance(model, str) and model not in MODELS:
@@ -275,6 +282,8 @@ def evaluate(dataset: Dataset, model: str | ModelFactory, features: str, split: 
         dataset, fold = history_fold(history, dataset.select(holdout) if holdout else dataset,
                                      history_twins)
         tasks, by_task_folds = dataset, [fold]
+    elif split == "by-model":
+        tasks, by_task_folds = dataset, model_folds(dataset)
     else:
         tasks, by_task_folds = dataset, task_folds(dataset, holdout, folds, seed)
     start = time.perf_counter()
@@ -389,5 +398,5 @@ def _by_task_fold(run: _Run, dataset: Dataset, fold: Fold, features: str, finetu
 
 __all__ = ["MODELS", "SPLITS", "TOPK", "MIN_SCORED", "METRICS", "make_model", "available_features",
            "default_feature_sets", "FeatureBank", "space_specific", "Fold", "task_folds",
-           "history_fold", "record_split", "TaskScore", "score_task", "EvalReport", "evaluate",
-           "compare"]
+           "model_folds", "history_fold", "record_split", "TaskScore", "score_task", "EvalReport",
+           "evaluate", "compare"]

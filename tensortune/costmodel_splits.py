@@ -49,6 +49,27 @@ def task_folds(dataset: Dataset, holdout: Sequence[str] = (), folds: int = 4,
     return [Fold(tuple(i for i in range(n) if i not in b), tuple(sorted(b))) for b in bins]
 
 
+def model_folds(dataset: Dataset) -> list[Fold]:
+    """Leave one model out: a fold per source model (``TaskInfo.source``) holding out all its
+    tasks at once, so no sibling layer of the held-out network is trained on; tasks of other
+    models that are twins of a held-out task (one ``shape_key``) are left out of training too."""
+    sources = sorted({t.info.source for t in dataset})
+    if len(sources) < 2:
+        raise ValueError(f"a by-model split needs tasks of at least 2 models, the dataset has "
+                         f"only {', '.join(sources) or 'none'}")
+    keys = [shape_key(t.task.workload) for t in dataset]
+    folds = []
+    for source in sources:
+        test = tuple(i for i, t in enumerate(dataset) if t.info.source == source)
+        held = {keys[i] for i in test}
+        train = tuple(i for i in range(len(dataset)) if i not in test and keys[i] not in held)
+        if not train:
+            raise ValueError(f"every task of the dataset is {source}'s or a twin of one: "
+                             f"nothing to train on when it is held out")
+        folds.append(Fold(train, test))
+    return folds
+
+
 def history_fold(history: Dataset, tests: Dataset, twins: bool = False) -> tuple[Dataset, Fold]:
     """One dataset of ``history``'s tasks then ``tests``'s, and the fold that trains on the
     former (less the twins of any test task, unless ``twins``) and scores the latter."""
@@ -68,4 +89,4 @@ def record_split(n: int, n_first: int, seed: int) -> tuple[list[int], list[int]]
     return sorted(int(i) for i in order[:n_first]), sorted(int(i) for i in order[n_first:])
 
 
-__all__ = ["Fold", "task_folds", "history_fold", "record_split"]
+__all__ = ["Fold", "task_folds", "model_folds", "history_fold", "record_split"]

@@ -20,6 +20,7 @@ from tensortune.costmodel_eval import (
     compare,
     default_feature_sets,
     evaluate,
+    model_folds,
     score_task,
     space_specific,
     task_folds,
@@ -147,6 +148,35 @@ def test_twins_of_a_held_out_task_stay_out_of_training(tmp_path):
         for f in task_folds(base, folds=2, seed=seed):
             test = {names[i] for i in f.test}
             assert ("conv" in test) == ("conv2" in test)
+
+
+def test_by_model_folds_hold_out_each_model_whole_and_its_twins_elsewhere(dataset, tmp_path):
+    import dataclasses
+
+    from tensortune.dataset import Dataset
+
+    def relabel(ds, nets):
+        return Dataset(tuple(dataclasses.replace(t, info=dataclasses.replace(
+            t.info, source=nets[t.name])) for t in ds), ds.path)
+
+    # conv2 is conv's twin under another target
+    ds = relabel(load_dataset(_twin_dataset(tmp_path)),
+                 {"conv": "net_a", "conv2": "net_b", "mm_a": "net_b", "dense": "net_c"})
+    names = ds.names
+    folds = model_folds(ds)
+    tested = [sorted(names[i] for i in f.test) for f in folds]
+    trained = [sorted(names[i] for i in f.train) for f in folds]
+    assert tested == [["conv"], ["conv2", "mm_a"], ["dense"]]  # one fold per model, whole
+    assert trained == [["dense", "mm_a"], ["dense"], ["conv", "conv2", "mm_a"]]  # twins left out
+    with pytest.raises(ValueError, match="at least 2 models, the dataset has only synthetic"):
+        model_folds(dataset)
+    nets = relabel(dataset, {"mm_a": "net_a", "mm_b": "net_a", "conv": "net_b", "dense": "net_c"})
+    report = evaluate(nets, "xgb-reg", "itervar", split="by-model", bank=FeatureBank())
+    assert report.split == "by-model"
+    assert sorted(s.task for s in report.scores) == sorted(nets.names)
+    _in_range(report)
+    with pytest.raises(ValueError, match="by-model holds out every model once"):
+        evaluate(nets, "xgb-reg", "itervar", split="by-model", holdout=["conv"])
 
 
 def _twin_dataset(tmp_path):

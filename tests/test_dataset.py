@@ -101,6 +101,30 @@ def test_dataset_info_command(collected):
     assert [(t["sessions"], t["session_top10"]) for t in doc["tasks"]] == [(1, None), (1, None)]
 
 
+def test_features_command_stores_every_row_packed_and_a_rerun_computes_none(collected, tmp_path):
+    import gzip
+    import shutil
+
+    from tensortune.dataset import features_path
+
+    path = tmp_path / "dataset.jsonl"
+    shutil.copy(collected[0], path)
+    shutil.copy(manifest_path(collected[0]), manifest_path(path))
+    app = typer.Typer()
+    register(app)
+    run = CliRunner().invoke(app, ["dataset", "features", str(path), "--jobs", "1"])
+    assert run.exit_code == 0, run.output
+    store = features_path(path)
+    rows = sum(t.n for t in load_dataset(path))
+    assert f"computed {rows} rows" in run.output and f"packed {rows} rows" in run.output
+    assert not (store / "hardware-v2.jsonl").exists()
+    with gzip.open(store / "hardware-v2.jsonl.gz", "rt") as f:
+        assert len(f.read().splitlines()) == rows
+    again = CliRunner().invoke(app, ["dataset", "features", str(path), "--jobs", "1"])
+    assert again.exit_code == 0 and "computed 0 rows" in again.output
+    assert "packed" not in again.output
+
+
 def test_collect_names_a_skip_dataset_without_manifest(tmp_path):
     app = typer.Typer()
     register(app)

@@ -9,7 +9,7 @@ import pytest
 from tensortune.dataset import TaskInfo, features_path, load_dataset, manifest_path, working_log
 from tensortune.dataset_collect import collect_dataset
 from tensortune.features import make_extractor
-from tensortune.features.store import FeatureStore, fill
+from tensortune.features.store import FeatureStore, fill, packed
 from tensortune.measure.types import MeasureInput, MeasureResult
 from tensortune.records import RecordWriter, load_records, pack_records
 from tensortune.settings import MeasureSettings, SearchSettings, Settings
@@ -87,6 +87,41 @@ def test_a_torn_last_line_is_skipped_and_recomputed(tmp_path):
     assert counting.calls == 1
 
 
+def test_packed_rows_are_served_and_new_rows_append_beside_them(tmp_path):
+    inputs = _inputs(6)
+    store = FeatureStore(tmp_path)
+    stored = store.wrap(Counting())
+    first = stored.extract(inputs[:4])
+    path = store.path_for(stored)
+    assert store.pack() == {path.name: 4}
+    assert not path.exists() and packed(path).exists()
+    with gzip.open(packed(path), "rt") as f:
+        assert len(f.read().splitlines()) == 4
+    counting = Counting()
+    reopened = FeatureStore(tmp_path).wrap(counting)
+    np.testing.assert_allclose(reopened.extract(inputs[:4]), first, rtol=1e-5)
+    reopened.extract(inputs)  # two rows computed and appended to the plain file
+    assert counting.calls == 2 and len(path.read_text().splitlines()) == 2
+    assert FeatureStore(tmp_path).pack() == {path.name: 6}  # merged: nothing lost, nothing twice
+    assert not path.exists() and len(FeatureStore(tmp_path).wrap(Counting())) == 6
+    assert FeatureStore(tmp_path).pack() == {}  # nothing appended since
+
+
+def test_a_truncated_packed_store_keeps_its_readable_rows(tmp_path, caplog):
+    store = FeatureStore(tmp_path)
+    stored = store.wrap(Counting())
+    stored.extract(_inputs(40))
+    store.pack()
+    gz = packed(store.path_for(stored))
+    data = gz.read_bytes()
+    gz.write_bytes(data[: len(data) // 2])  # a damaged copy
+    reopened = FeatureStore(tmp_path).wrap(Counting())
+    assert 0 < len(reopened) < 40
+    assert "unreadable gzip data" in caplog.text
+    with pytest.raises(ValueError, match="read-only feature store is not packed"):
+        FeatureStore(tmp_path, read_only=True).pack()
+
+
 @pytest.mark.parametrize("jobs", [1, 2])
 def test_fill_computes_only_missing_rows(tmp_path, jobs):
     inputs = _inputs(5)
@@ -140,11 +175,11 @@ def test_packed_logs_load_like_plain_ones(tmp_path):
     inputs = _inputs(4)
     plain = tmp_path / "log.jsonl"
     _write_log(plain, inputs)
-    packed = pack_records(plain, tmp_path / "log.jsonl.gz")
-    assert packed.stat().st_size < plain.stat().st_size
-    assert load_records(packed) == load_records(plain)
+    gz = pack_records(plain, tmp_path / "log.jsonl.gz")
+    assert gz.stat().st_size < plain.stat().st_size
+    assert load_records(gz) == load_records(plain)
     with pytest.raises(ValueError, match="uncompressed"):
-        RecordWriter(packed)
+        RecordWriter(gz)
 
 
 def test_a_truncated_packed_log_is_reported_not_fatal(tmp_path):

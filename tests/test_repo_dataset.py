@@ -2,9 +2,10 @@
 whose records say mcpu rocketlake, timed in 2 sessions; ``data/cpu-zen3.jsonl.gz`` and
 ``data/cpu-spr.jsonl.gz``, ResNet-18's tasks on a Zen 3 and on a Sapphire Rapids-class Xeon,
 timed in 3 sessions; ``data/cpu-spr-zoo.jsonl.gz``, ResNet-50's, VGG-11's and SqueezeNet 1.1's
-tasks on that Xeon, and ``data/cpu-spr-zoo2.jsonl.gz``, GoogLeNet's and MobileNet V1's, each
-timed in 2 sessions): they load, cover the task sources the cost-model evaluation needs, and
-their stored hardware rows cover every record and match what the extractor computes now."""
+tasks on that Xeon, ``data/cpu-spr-zoo2.jsonl.gz``, GoogLeNet's and MobileNet V1's, and
+``data/cpu-spr-zoo3.jsonl.gz``, DenseNet-121's, each timed in 2 sessions): they load, cover the
+task sources the cost-model evaluation needs, and their stored (packed) hardware rows cover
+every record and match what the extractor computes now."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -21,6 +22,7 @@ ZEN3 = DATA.with_name("cpu-zen3.jsonl.gz")
 SPR = DATA.with_name("cpu-spr.jsonl.gz")
 ZOO = DATA.with_name("cpu-spr-zoo.jsonl.gz")
 ZOO2 = DATA.with_name("cpu-spr-zoo2.jsonl.gz")
+ZOO3 = DATA.with_name("cpu-spr-zoo3.jsonl.gz")
 
 
 @pytest.fixture(scope="module")
@@ -79,8 +81,8 @@ def test_resnet18_datasets_of_other_machines_have_every_row_and_three_sessions(p
 
 
 @pytest.mark.parametrize("path,sources,size", [
-    (ZOO, {"resnet50", "vgg11", "squeezenet1_1"}, 53), (ZOO2, {"googlenet", "mobilenet_v1"}, 67)],
-    ids=["zoo", "zoo2"])
+    (ZOO, {"resnet50", "vgg11", "squeezenet1_1"}, 53), (ZOO2, {"googlenet", "mobilenet_v1"}, 67),
+    (ZOO3, {"densenet121"}, 62)], ids=["zoo", "zoo2", "zoo3"])
 def test_the_zoo_datasets_join_the_main_one_as_more_training_tasks(dataset, path, sources, size):
     zoo = load_dataset(path)
     assert {t.info.source for t in zoo} == sources
@@ -117,3 +119,12 @@ def test_a_stored_row_the_loop_map_undercounts_covers_the_workload():
     assert row[FEATURE_NAMES.index("fp_work_ratio")] == pytest.approx(1 / 16, rel=1e-3)
     flops = task.task.workload.flops
     assert row[FEATURE_NAMES.index("log_fp_lanes")] == pytest.approx(np.log2(1 + flops), rel=1e-4)
+
+
+def test_the_repository_keeps_its_feature_rows_packed_and_its_data_small():
+    stores = sorted(DATA.parent.glob("*.features"))
+    assert len(stores) == 6
+    for store in stores:  # `dataset features` packs what it computed
+        assert not list(store.glob("*.jsonl")) and list(store.glob("*.jsonl.gz")), store
+    kept = [f for f in DATA.parent.rglob("*") if f.name.endswith((".gz", ".tasks.json"))]
+    assert sum(f.stat().st_size for f in kept) < 5 * 2**20  # "a few MB at most"

@@ -14,6 +14,7 @@ PUBLISHED = {
     # torchvision's googlenet without auxiliary heads (6,624,904) has 3x3 convolutions where the
     # paper's third branch has 5x5: 16 more weights for each of that branch's 23,808 channel pairs
     "googlenet": 6_624_904 + 16 * 23_808,
+    "densenet121": 7_978_856,  # torchvision's densenet121
     "bert_base": 109_482_240,  # embeddings 23,837,184 + 12 layers + pooler 590,592
 }
 
@@ -34,8 +35,9 @@ def test_zoo_is_a_constant_mapping_and_unknown_names_list_the_known_ones():
     assert set(ZOO) == set(PUBLISHED)
     with pytest.raises(TypeError):
         ZOO["mine"] = lambda: None  # type: ignore[index]
-    with pytest.raises(KeyError, match="'resnet19'; known: bert_base, googlenet, mobilenet_v1, "
-                                       "mobilenet_v2, resnet18, resnet50, squeezenet1_1, vgg11"):
+    with pytest.raises(KeyError, match="'resnet19'; known: bert_base, densenet121, googlenet, "
+                                       "mobilenet_v1, mobilenet_v2, resnet18, resnet50, "
+                                       "squeezenet1_1, vgg11"):
         zoo_model("resnet19")
 
 
@@ -45,7 +47,7 @@ def test_image_models_take_the_requested_batch_and_size_and_run():
     assert x.shape == (2, 3, 32, 32) and x.dtype == torch.float32
     with torch.no_grad():
         assert module(x).shape == (2, 1000)
-    for name in ("squeezenet1_1", "mobilenet_v1", "googlenet"):
+    for name in ("squeezenet1_1", "mobilenet_v1", "googlenet", "densenet121"):
         module, (x,) = zoo_model(name, image_size=64)
         with torch.no_grad():
             assert module(x).shape == (1, 1000)

@@ -5,6 +5,8 @@ A store is a directory with one append-only JSON-lines file per extractor and ve
 ``<name>-v<version>.jsonl``; each line is ``{"task": task key, "config": config, "row": [...]}``.
 The task key already hashes workload, target, template and TVM version, so a row is never
 served for a candidate it was not computed for. A torn last line (a killed run) is skipped.
+``pack`` moves the appended rows into ``<name>-v<version>.jsonl.gz`` (a sixth of the size);
+rows are read from both files, and new ones are always appended to the plain one.
 A store may also read (never write) other stores' rows (``also``), e.g. a history dataset's.
 
     store = FeatureStore("data/cpu.features")
@@ -14,6 +16,7 @@ A store may also read (never write) other stores' rows (``also``), e.g. a histor
 """
 from __future__ import annotations
 
+import gzip
 import inspect
 import json
 import logging
@@ -48,17 +51,9 @@ class StoredExtractor:
             self._load(source)
 
     def _load(self, path: Path) -> None:
-        if not path.exists():
-            return
-        with open(path, "rb") as f:
-            for lineno, raw in enumerate(f, start=1):
-                try:
-                    obj = json.loads(raw)
-                    row = np.asarray(obj["row"], dtype=np.float32)
-                    config = json.dumps(obj["config"], sort_keys=True, separators=(",", ":"))
-                    self._rows[(str(obj["task"]), config)] = row
-                except (ValueError, KeyError, TypeError) as err:
-                    log.warning("%s:%d: skipping corrupt feature row: %s", path, lineno, err)
+        for source in (packed(path), path):  # appended rows are newer than packed ones
+            for key, _, row in _read_rows(source):
+                self._rows[key] = row
 
     def __len__(self) -> int:
         return len(self._rows)
@@ -98,6 +93,52 @@ class StoredExtractor:
         return np.stack([self._rows[k] for k in keys]).astype(np.float32, copy=False)
 
 
+def packed(path: Path) -> Path:
+    """The compressed companion of a store file: ``hardware-v2.jsonl.gz``."""
+    return path.with_name(path.name + ".gz")
+
+
+def _read_rows(path: Path):
+    """``(key, raw line, row)`` of each valid line of a plain or gzip store file; corrupt lines
+    and a truncated compressed tail are skipped with a warning."""
+    if not path.exists():
+        return
+    lineno = 0
+    try:
+        with (gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")) as f:
+            for lineno, raw in enumerate(f, start=1):
+                try:
+                    obj = json.loads(raw)
+                    row = np.asarray(obj["row"], dtype=np.float32)
+                    config = json.dumps(obj["config"], sort_keys=True, separators=(",", ":"))
+                    yield (str(obj["task"]), config), raw.rstrip(b"\n"), row
+                except (ValueError, KeyError, TypeError) as err:
+                    log.warning("%s:%d: skipping corrupt feature row: %s", path, lineno, err)
+    except (EOFError, gzip.BadGzipFile) as err:
+        log.warning("%s:%d: unreadable gzip data: %s", path, lineno + 1, err)
+
+
+def pack_file(path: Path) -> int:
+    """Merge the appended rows of ``path`` into its ``.gz`` companion (atomically: the plain
+    file is removed only after the packed one is in place) and return the rows packed."""
+    if not path.exists():
+        return 0
+    lines: dict[tuple[str, str], bytes] = {}
+    for source in (packed(path), path):
+        for key, raw, _ in _read_rows(source):
+            lines[key] = raw
+    out = packed(path)
+    tmp = out.with_name(out.name + ".tmp")
+    with open(tmp, "wb") as f:
+        with gzip.GzipFile(fileobj=f, mode="wb", compresslevel=9, mtime=0) as z:
+            z.write(b"".join(raw + b"\n" for raw in lines.values()))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, out)
+    path.unlink()
+    return len(lines)
+
+
 class FeatureStore:
     """A directory of stored feature rows, one file per extractor name and version; rows of the
     ``also`` directories are served too, and new rows are written to ``directory`` only."""
@@ -120,6 +161,12 @@ class FeatureStore:
             stored = self._open[str(path)] = StoredExtractor(
                 extractor, path, self.read_only, tuple(d / path.name for d in self.also))
         return stored
+
+    def pack(self) -> dict[str, int]:
+        """Compress every file's appended rows (``pack_file``); rows per packed file."""
+        if self.read_only:
+            raise ValueError(f"{self.directory}: a read-only feature store is not packed")
+        return {p.name: pack_file(p) for p in sorted(self.directory.glob("*.jsonl"))}
 
 
 def fill(store: FeatureStore, name: str, inputs: Sequence[MeasureInput], jobs: int = 1,
@@ -156,4 +203,4 @@ def fill(store: FeatureStore, name: str, inputs: Sequence[MeasureInput], jobs: i
     return sum(len(c) for c in chunks)
 
 
-__all__ = ["FeatureStore", "StoredExtractor", "fill", "COSTLY"]
+__all__ = ["FeatureStore", "StoredExtractor", "fill", "pack_file", "packed", "COSTLY"]

@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 
 from .bert import BertConfig, BertModel, bert_base
+from .densenet import densenet121
 from .googlenet import googlenet
 from .mobilenet import mobilenet_v1, mobilenet_v2
 from .resnet import resnet18, resnet50
@@ -18,7 +19,7 @@ from .vgg import vgg11
 ZOO: Mapping[str, Callable] = MappingProxyType({
     "resnet18": resnet18, "resnet50": resnet50, "mobilenet_v1": mobilenet_v1,
     "mobilenet_v2": mobilenet_v2, "squeezenet1_1": squeezenet1_1, "vgg11": vgg11,
-    "googlenet": googlenet, "bert_base": bert_base})
+    "googlenet": googlenet, "densenet121": densenet121, "bert_base": bert_base})
 
 TEXT_MODELS = frozenset({"bert_base"})
 
@@ -71,4 +72,4 @@ def parameter_count(module) -> int:
 
 __all__ = ["ZOO", "zoo_model", "parameter_count", "BertConfig", "BertModel", "resnet18",
            "resnet50", "mobilenet_v1", "mobilenet_v2", "squeezenet1_1", "vgg11", "googlenet",
-           "bert_base"]
+           "densenet121", "bert_base"]
