@@ -28,13 +28,11 @@ def task_folds(dataset: Dataset, holdout: Sequence[str] = (), folds: int = 4,
         raise ValueError(f"a by-task split needs at least 2 tasks, the dataset has {n}")
     keys = [shape_key(t.task.workload) for t in dataset]
     if holdout:
-        test = tuple(dataset.match(holdout))
-        held = {keys[i] for i in test}
-        train = tuple(i for i in range(n) if i not in test and keys[i] not in held)
-        if not train:
+        fold = _holdout_fold(keys, tuple(dataset.match(holdout)))
+        if not fold.train:
             raise ValueError("the holdout (and its twins) covers every task of the dataset: "
                              "nothing to train on")
-        return [Fold(train, test)]
+        return [fold]
     if folds < 2:
         raise ValueError(f"folds must be at least 2, got {folds}")
     groups: dict[tuple, list[int]] = {}
@@ -60,14 +58,19 @@ def model_folds(dataset: Dataset) -> list[Fold]:
     keys = [shape_key(t.task.workload) for t in dataset]
     folds = []
     for source in sources:
-        test = tuple(i for i, t in enumerate(dataset) if t.info.source == source)
-        held = {keys[i] for i in test}
-        train = tuple(i for i in range(len(dataset)) if i not in test and keys[i] not in held)
-        if not train:
+        fold = _holdout_fold(keys, tuple(i for i, t in enumerate(dataset)
+                                         if t.info.source == source))
+        if not fold.train:
             raise ValueError(f"every task of the dataset is {source}'s or a twin of one: "
                              f"nothing to train on when it is held out")
-        folds.append(Fold(train, test))
+        folds.append(fold)
     return folds
+
+
+def _holdout_fold(keys: Sequence[tuple], test: tuple[int, ...]) -> Fold:
+    """Score ``test``; train on every other task that is no twin (same shape key) of one."""
+    held, tested = {keys[i] for i in test}, set(test)
+    return Fold(tuple(i for i, key in enumerate(keys) if i not in tested and key not in held), test)
 
 
 def history_fold(history: Dataset, tests: Dataset, twins: bool = False) -> tuple[Dataset, Fold]:
