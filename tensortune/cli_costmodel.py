@@ -86,6 +86,21 @@ def _task_table(report) -> Table:
     return table
 
 
+def _source_table(reports) -> Table:
+    """By-model: one row per report and held-out source model, its tasks' metric means."""
+    from .costmodel_eval import METRICS
+
+    table = Table(title="per held-out model", box=box.SIMPLE_HEAD)
+    for col in ("model", "features", "held out", "tasks", *METRICS):
+        table.add_column(col, justify="right" if col == "tasks" or col in METRICS else "left",
+                         no_wrap=True)
+    for r in reports:
+        for source, means in r.by_source().items():
+            table.add_row(r.model, r.features, source, str(means["tasks"]),
+                          *(_metric(means[m]) for m in METRICS))
+    return table
+
+
 def _print_wide(table: Table) -> None:
     """Print at the table's natural width: a pipe's 80 columns would squeeze the names."""
     natural = Measurement.get(console, console.options.update_width(1000), table).maximum
@@ -137,6 +152,8 @@ def eval_cmd(
                   label=label, on_progress=lambda name: console.print(f"  scored {name}"),
                   history=_load(history) if history else None, history_twins=history_twins)
     _print_wide(_task_table(report))
+    if split == "by-model":
+        _print_wide(_source_table([report]))
     for s in report.scores:
         if s.note:
             console.print(f"  * {s.task}: {s.note}")
@@ -193,6 +210,8 @@ def compare_cmd(
     _print_wide(_report_table(f"{dataset}{joined}: {len(ds)} tasks, {split}"
                               + (f", pretrained on {history}" if history else "")
                               + (f", finetune {finetune}" if finetune else ""), reports))
+    if split == "by-model":
+        _print_wide(_source_table(reports))
     notes = {(t, why) for r in reports for t, why in r.skipped}
     for task, reason in sorted(notes):
         console.print(f"  [yellow]skipped[/yellow] {task}: {reason}")

@@ -25,7 +25,7 @@ Per task, over its successful test records: ``pearson`` (XFEATUR's metric) and `
 correlation of the model's score with the measured throughput, ``pairwise`` ranking accuracy,
 and Tuna's top-k performance ratio for k = 10 and 50 (``topk_ratio``: summed cost of the k
 truly fastest over that of the model's k favourites; reported only when there are at least 2k
-records to pick from, else ``None``). A task with fewer than ``MIN_SCORED`` successful test
+records to pick from, else ``None``; see ``costmodel_scores``). A task with fewer than ``MIN_SCORED`` successful test
 records (e.g. a small task after ``finetune``) is skipped with that reason, not scored.
 """
 from __future__ import annotations
@@ -33,21 +33,17 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
 
-from .cost_model.base import normalized_throughput
-from .cost_model.metrics import pairwise_accuracy, pearson, spearman, topk_ratio
+from .costmodel_scores import METRICS, TOPK, EvalReport, TaskScore, score_task
 from .costmodel_splits import Fold, history_fold, model_folds, record_split, task_folds
 from .dataset import Dataset, TaskData
 from .features import ConcatFeatures, FeatureExtractor
 
 MODELS = ("xgb-rank", "xgb-reg", "gtuner", "ensemble")
 SPLITS = ("by-task", "by-model", "within-task")
-TOPK = (10, 50)
 MIN_SCORED = 5  # fewer successful test records than this make no meaningful correlation
-METRICS = ("pearson", "spearman", "pairwise") + tuple(f"top{k}" for k in TOPK)
 
 ModelFactory = Callable[[FeatureExtractor], object]
 
@@ -145,92 +141,6 @@ class FeatureBank:
 def space_specific(features: str) -> bool:
     """True when rows depend on the task's space (knob), so tasks must match to share a model."""
     return "knob" in features.split("+")
-
-
-# -- scores ----------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class TaskScore:
-    """The metrics of one task's test records (``None``: not enough records for that metric)."""
-
-    task: str
-    op: str
-    n_train: int
-    n_test: int  # successful test records scored
-    n_failed: int  # failed test records (not scored)
-    pearson: float
-    spearman: float
-    pairwise: float
-    topk: tuple[tuple[int, float | None], ...]
-    note: str = ""
-
-    def metric(self, name: str) -> float | None:
-        if name.startswith("top"):
-            return dict(self.topk).get(int(name[3:]))
-        return getattr(self, name)
-
-    def to_json(self) -> dict:
-        out = {"task": self.task, "op": self.op, "n_train": self.n_train, "n_test": self.n_test,
-               "n_failed": self.n_failed}
-        out.update({m: _round(self.metric(m)) for m in METRICS})
-        if self.note:
-            out["note"] = self.note
-        return out
-
-
-def score_task(data: TaskData, scores: np.ndarray, n_train: int, ks: Sequence[int] = TOPK,
-               note: str = "") -> TaskScore:
-    """Metrics of ``scores`` (one per record of ``data``) against its measurements."""
-    ok = np.array([r.ok for r in data.results], dtype=bool)
-    good = [r for r in data.results if r.ok]
-    s = np.asarray(scores, dtype=float)[ok]
-    thr = normalized_throughput(good)
-    costs = np.array([r.cost for r in good])
-    topk = tuple((k, topk_ratio(s, costs, k) if len(good) >= 2 * k else None) for k in ks)
-    return TaskScore(data.name, data.info.op, n_train, len(good), int((~ok).sum()),
-                     pearson(s, thr), spearman(s, thr), pairwise_accuracy(s, thr), topk, note)
-
-
-@dataclass(frozen=True)
-class EvalReport:
-    """One model x features evaluation: per-task scores, skipped tasks and timings."""
-
-    model: str
-    features: str
-    split: str
-    finetune: int
-    scores: tuple[TaskScore, ...]
-    skipped: tuple[tuple[str, str], ...] = ()  # (task, reason)
-    fit_s: float = 0.0
-    predict_s: float = 0.0
-    extract_s: float = 0.0  # feature rows not cached yet, extracted before any fit
-    predictions: dict = field(default_factory=dict, compare=False, repr=False)
-
-    def mean(self) -> dict[str, float | None]:
-        """Each metric averaged over the tasks that have it."""
-        out = {}
-        for m in METRICS:
-            values = [v for v in (s.metric(m) for s in self.scores) if v is not None]
-            out[m] = float(np.mean(values)) if values else None
-        return out
-
-    def counts(self) -> dict[str, int]:
-        """How many tasks each metric was averaged over: top-k needs 2k test records, so after
-        fine-tuning it may cover only the larger tasks (and judge them on smaller pools)."""
-        return {m: sum(s.metric(m) is not None for s in self.scores) for m in METRICS}
-
-    def to_json(self) -> dict:
-        return {"model": self.model, "features": self.features, "split": self.split,
-                "finetune": self.finetune, "mean": {k: _round(v) for k, v in self.mean().items()},
-                "counts": self.counts(),
-                "tasks": [s.to_json() for s in self.scores],
-                "skipped": [{"task": t, "reason": r} for t, r in self.skipped],
-                "extract_s": round(self.extract_s, 2), "fit_s": round(self.fit_s, 2),
-                "predict_s": round(self.predict_s, 2)}
-
-
-def _round(v):
-    return None if v is None else round(float(v), 4)
 
 
 # -- evaluation ------------------------------------------------------------------------------------

@@ -49,7 +49,7 @@ def law(config, flops: int) -> float:
 
 
 def write_synthetic(path, per_task: int = PER_TASK, seed: int = 0, target=TARGET,
-                    names=tuple(WORKLOADS)) -> None:
+                    names=tuple(WORKLOADS), source: str = "synthetic") -> None:
     """Records of the four tasks (or ``names``); every 10th record of ``mm_a`` is a runtime
     error."""
     rng = np.random.default_rng(seed)
@@ -58,7 +58,7 @@ def write_synthetic(path, per_task: int = PER_TASK, seed: int = 0, target=TARGET
         for name in names:
             workload = WORKLOADS[name]
             task = Task(workload, target)
-            infos.append(TaskInfo(task.key, name, op_kind(workload), "synthetic"))
+            infos.append(TaskInfo(task.key, name, op_kind(workload), source))
             for i, cfg in enumerate(task_space(task).sample_many(per_task, rng)):
                 if name == "mm_a" and i % 10 == 9:
                     res = MeasureResult((), ErrorKind.RUNTIME_ERROR, "boom")
@@ -175,6 +175,11 @@ def test_by_model_folds_hold_out_each_model_whole_and_its_twins_elsewhere(datase
     assert report.split == "by-model"
     assert sorted(s.task for s in report.scores) == sorted(nets.names)
     _in_range(report)
+    per = report.by_source()  # each network's tasks, averaged apart
+    assert [(src, per[src]["tasks"]) for src in per] == [("net_a", 2), ("net_b", 1), ("net_c", 1)]
+    net_a = [s.pearson for s in report.scores if s.task in ("mm_a", "mm_b")]
+    assert per["net_a"]["pearson"] == pytest.approx(np.mean(net_a))
+    assert report.to_json()["by_source"]["net_c"]["tasks"] == 1
     with pytest.raises(ValueError, match="by-model holds out every model once"):
         evaluate(nets, "xgb-reg", "itervar", split="by-model", holdout=["conv"])
 
@@ -387,6 +392,23 @@ def test_cli_compare_pools_the_tasks_of_several_datasets_into_its_folds(cli, dat
     again = CliRunner().invoke(cli, ["costmodel", "eval", "--dataset", str(dataset_path),
                                      "--also", str(dataset_path), "--features", "itervar"])
     assert again.exit_code == 2 and "repeats tasks" in again.output
+
+
+def test_cli_compare_by_model_reports_each_held_out_model(cli, tmp_path):
+    net_a, net_b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    write_synthetic(net_a, names=("mm_a", "conv"), source="net_a")
+    write_synthetic(net_b, seed=3, names=("mm_b", "dense"), source="net_b")
+    result = CliRunner().invoke(cli, ["costmodel", "compare", "--dataset", str(net_a),
+                                      "--also", str(net_b), "--models", "xgb-reg",
+                                      "--features", "itervar", "--split", "by-model", "--json"])
+    assert result.exit_code == 0, result.output
+    assert "per held-out model" in result.output
+    (row,) = _last_json(result.stdout)["rows"]
+    assert {src: m["tasks"] for src, m in row["by_source"].items()} == {"net_a": 2, "net_b": 2}
+    assert {t["task"]: t["source"] for t in row["tasks"]} == {
+        "mm_a": "net_a", "conv": "net_a", "mm_b": "net_b", "dense": "net_b"}
+    for task in row["tasks"]:  # trained on the other network only
+        assert task["n_train"] == 2 * PER_TASK
 
 
 def test_cli_refuses_unknown_models_and_features(cli, dataset_path):

@@ -59,7 +59,7 @@ def test_collection_mixes_random_and_guided_configs(collected):
     assert [c.name for c in first] == ["mm32", "conv"]
     for c in first:
         assert (c.before, c.random, c.guided) == (0, 3, 3)
-        assert 0 < c.best_cost < 1e-3
+        assert 0 < c.best_cost < 0.1  # measured and sane; a loaded host may take well over 1 ms
     assert {i.name for i in read_manifest(path).values()} == {"mm32", "conv"}
     assert manifest_path(path).name == "dataset.tasks.json"
 
