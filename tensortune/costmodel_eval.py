@@ -21,12 +21,9 @@ model on them only transfers between tasks whose knob rows have the same width (
 convolutions). In ``by-task`` a held-out task with no such training task is skipped with that
 reason (or, with ``finetune``, trained on its fine-tuning records alone and marked "no transfer").
 
-Per task, over its successful test records: ``pearson`` (XFEATUR's metric) and ``spearman``
-correlation of the model's score with the measured throughput, ``pairwise`` ranking accuracy,
-and Tuna's top-k performance ratio for k = 10 and 50 (``topk_ratio``: summed cost of the k
-truly fastest over that of the model's k favourites; reported only when there are at least 2k
-records to pick from, else ``None``; see ``costmodel_scores``). A task with fewer than ``MIN_SCORED`` successful test
-records (e.g. a small task after ``finetune``) is skipped with that reason, not scored.
+Each scored task gets the metrics of ``costmodel_scores`` (Pearson, Spearman, pairwise accuracy,
+top-k ratios). A task with fewer than ``MIN_SCORED`` successful test records (e.g. a small task
+after ``finetune``) is skipped with that reason, not scored.
 """
 from __future__ import annotations
 

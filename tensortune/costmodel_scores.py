@@ -2,7 +2,9 @@
 
 Per task, over its successful test records: ``pearson`` (XFEATUR's metric) and ``spearman``
 correlation of the model's score with the measured throughput, ``pairwise`` ranking accuracy,
-and Tuna's top-k performance ratio (``topk_ratio``; only with at least 2k records to pick from).
+and Tuna's top-k performance ratio for k = 10 and 50 (``topk_ratio``: summed cost of the k truly
+fastest over that of the model's k favourites; ``None`` unless there are at least 2k records to
+pick from). A report averages them over all its tasks and per source model.
 """
 from __future__ import annotations
 
