@@ -42,8 +42,8 @@ from pathlib import Path
 import numpy as np
 
 from tensortune.cost_model.metrics import pearson
-from tensortune.costmodel_eval import FeatureBank
 from tensortune.dataset import Dataset, TaskData, features_path, load_dataset, shape_key
+from tensortune.evaluation import FeatureBank
 from tensortune.features import EXTRACTORS, make_extractor
 from tensortune.features.store import FeatureStore
 from tensortune.settings import MeasureSettings, SearchSettings, Settings

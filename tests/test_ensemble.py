@@ -105,7 +105,7 @@ def test_xgboost_and_gtuner_together_learn_the_order_and_round_trip(tmp_path):
 
 
 def test_the_ensemble_is_a_named_model_and_a_tuner():
-    from tensortune.costmodel_eval import MODELS, make_model
+    from tensortune.evaluation import MODELS, make_model
     from tensortune.settings import Settings
     from tensortune.tuner import TUNERS, make_loop
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from tensortune.dataset import TaskInfo, features_path, load_dataset, manifest_path, working_log
-from tensortune.dataset_collect import collect_dataset
+from tensortune.dataset import collect_dataset
 from tensortune.features import make_extractor
 from tensortune.features.store import FeatureStore, fill, packed
 from tensortune.measure.types import MeasureInput, MeasureResult
@@ -148,7 +148,7 @@ def test_fill_compiles_hardware_rows_in_workers(tmp_path):
 
 
 def test_a_feature_bank_tells_whether_costly_rows_are_stored(tmp_path):
-    from tensortune.costmodel_eval import FeatureBank
+    from tensortune.evaluation import FeatureBank
     from tensortune.dataset import TaskData
 
     inputs = _inputs(3)

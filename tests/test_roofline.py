@@ -92,7 +92,7 @@ def test_make_extractor_shares_the_hardware_part_and_refuses_other_sources():
 
 
 def test_a_feature_bank_derives_roofline_from_stored_hardware_rows(tmp_path):
-    from tensortune.costmodel_eval import FeatureBank
+    from tensortune.evaluation import FeatureBank
     from tensortune.dataset import TaskData, TaskInfo
 
     space = task_space(MATMUL)

@@ -4,7 +4,7 @@ Members of different families make different mistakes. On the held-out tasks of 
 dataset (zero-shot, ``itervar+hardware+roofline``, mean of three seeds) XGBoost regression
 alone scores Pearson 0.888 and top-10 0.904; averaged with GTuner, 0.888 and 0.915: the same
 correlation, better picks at the top. That gain did not carry over to tuning: pretrained on
-``itervar`` it tuned conv2d_C7 worse than GTuner alone (README, "Cost-model results").
+``itervar`` it tuned conv2d_C7 worse than GTuner alone (docs/cost-models.md, "What did not help").
 
 Member scores live on unrelated scales (XGBoost predicts scaled throughput, GTuner is trained
 with a ranking loss), so each is standardized before averaging. The mean and the within-task

@@ -175,7 +175,7 @@ def cover_workload(row: np.ndarray) -> np.ndarray:
     slower than the best on held-out tasks. Scaling every dynamic count by the missing factor
     assumes the unmapped loops enclose the whole kernel; ``fp_work_ratio`` keeps what the map
     found, so the correction stays visible. Over the committed datasets' 110 tasks it lifted
-    XGBoost's held-out top-10 ratio from 0.933 to 0.940 (README, "Counting the whole workload").
+    XGBoost's held-out top-10 ratio from 0.933 to 0.940 (docs/cost-models.md, "Counting the whole workload").
     """
     row = np.array(row, dtype=np.float32)
     ratio = float(row[_RATIO])

@@ -1,5 +1,5 @@
 """How a dataset is split for a cost-model evaluation: task folds, a history dataset to pretrain
-on, and random record splits (see ``costmodel_eval``)."""
+on, and random record splits (see ``harness``)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .dataset import Dataset, shape_key
+from ..dataset import Dataset, shape_key
 
 
 @dataclass(frozen=True)

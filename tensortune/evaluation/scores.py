@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .cost_model.base import normalized_throughput
-from .cost_model.metrics import pairwise_accuracy, pearson, spearman, topk_ratio
-from .dataset import TaskData
+from ..cost_model.base import normalized_throughput
+from ..cost_model.metrics import pairwise_accuracy, pearson, spearman, topk_ratio
+from ..dataset import TaskData
 
 TOPK = (10, 50)
 METRICS = ("pearson", "spearman", "pairwise") + tuple(f"top{k}" for k in TOPK)

@@ -1,5 +1,5 @@
 """Command line for datasets of measurements: ``tensortune dataset collect|remeasure|info|features``
-(the cost-model commands that read them live in cli_costmodel)."""
+(the cost-model commands that read them live in ``costmodel``)."""
 from __future__ import annotations
 
 import dataclasses
@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -19,39 +18,11 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from .settings import Settings
+from ..settings import Settings
+from .common import console, fail, load_or_fail, split_names
 
-console = Console(stderr=True)
 dataset_app = typer.Typer(add_completion=False, no_args_is_help=True,
                           help="Collect and inspect datasets of measurements.")
-
-
-def _fail(message: str) -> None:
-    console.print(f"[red]error:[/red] {message}")
-    raise typer.Exit(2)
-
-
-def _names(text: str) -> list[str]:
-    return [x.strip() for x in text.split(",") if x.strip()]
-
-
-def _load(path: Path):
-    from .dataset import load_dataset
-
-    if not path.exists():
-        _fail(f"no such dataset: {path}")
-
-    def corrupt(lineno, reason):
-        console.print(f"[yellow]warning:[/yellow] {path}:{lineno}: skipped corrupt record "
-                      f"({reason})")
-
-    try:
-        dataset = load_dataset(path, on_corrupt=corrupt)
-    except ValueError as err:
-        _fail(str(err))
-    if not len(dataset):
-        _fail(f"{path} holds no records")
-    return dataset
 
 
 # -- dataset ---------------------------------------------------------------------------------------
@@ -78,30 +49,29 @@ def collect(
     as_json: bool = typer.Option(False, "--json", help="end with one JSON summary line on stdout"),
 ):
     """Measure random and tuner-guided configs of many tasks into one records file."""
-    from .dataset import manifest_path, read_manifest
-    from .dataset_collect import collect_dataset, resolve_tasks
-    from .workload import default_target
+    from ..dataset import collect_dataset, manifest_path, read_manifest, resolve_tasks
+    from ..workload import default_target
 
     settings = dataclasses.replace(Settings.from_env(), seed=seed)
     target = settings.target or default_target(settings.measure.threads)
     held: set[str] = set()
     for path in skip or []:
         if not manifest_path(path).exists():
-            _fail(f"--skip {path}: no dataset manifest at {manifest_path(path)}")
+            fail(f"--skip {path}: no dataset manifest at {manifest_path(path)}")
         held |= set(read_manifest(path))
     try:
-        resolved = resolve_tasks(_names(tasks), target, skip=held,
+        resolved = resolve_tasks(split_names(tasks), target, skip=held,
                                  on_model=lambda m: console.print(f"extracting the tasks of {m}"))
         if per_task < 0 or not 0 <= random_fraction <= 1:
             raise ValueError("--per-task must be >= 0 and --random-fraction in [0, 1]")
     except (KeyError, ValueError) as err:
-        _fail(str(err.args[0]) if isinstance(err, KeyError) else str(err))
+        fail(str(err.args[0]) if isinstance(err, KeyError) else str(err))
     adopted = []
     for path in adopt or []:
-        from .records import load_records
+        from ..records import load_records
 
         if not path.exists():
-            _fail(f"no such records log: {path}")
+            fail(f"no such records log: {path}")
         adopted += load_records(path)
     console.print(f"{len(resolved)} tasks, {per_task} configs each, into {out}")
     columns = [TextColumn("{task.description:<48}"), BarColumn(), MofNCompleteColumn(),
@@ -138,7 +108,7 @@ def remeasure(
 ):
     """Time a dataset's configs again in a later session; loading pools each config's sessions,
     so one disturbed session moves its cost less. Resumes where a killed run stopped."""
-    from .dataset_collect import remeasure_dataset
+    from ..dataset import remeasure_dataset
 
     settings = dataclasses.replace(Settings.from_env(), seed=seed)
     columns = [TextColumn("{task.description:<48}"), BarColumn(), MofNCompleteColumn(),
@@ -150,11 +120,11 @@ def remeasure(
             bar["id"] = progress.add_task(name[:48], total=todo)
 
         try:
-            summary = remeasure_dataset(dataset, sessions, settings, _names(tasks),
+            summary = remeasure_dataset(dataset, sessions, settings, split_names(tasks),
                                         callbacks=[lambda i, r: progress.advance(bar["id"])],
                                         on_task=on_task)
         except (KeyError, ValueError, FileNotFoundError) as err:
-            _fail(str(err.args[0]) if isinstance(err, KeyError) else str(err))
+            fail(str(err.args[0]) if isinstance(err, KeyError) else str(err))
     rows = [dataclasses.asdict(s) for s in summary]
     table = Table(title=f"{dataset}: re-timed {sum(r['timed'] for r in rows)} configs")
     for col in ("task", "configs", "timed", "failed", "spearman", "top10"):
@@ -174,9 +144,9 @@ def info(dataset: Path = typer.Argument(..., help="dataset records file"),
     """Per-task record counts, best performance and, for configs timed in several sessions
     (``dataset remeasure``), how well one session predicts the others: Spearman and the top-10
     ratio a perfect cost model would score against that noise."""
-    from .dataset import session_noise
+    from ..dataset import session_noise
 
-    ds = _load(dataset)
+    ds = load_or_fail(dataset)
     noise = session_noise(ds)
     rows = [{"task": t.name, "op": t.info.op, "source": t.info.source, "records": t.n,
              "ok": t.n_ok, "failed": t.n - t.n_ok,
@@ -214,15 +184,15 @@ def features_cmd(
     """Precompute costly feature rows (hardware compiles every config) into the dataset's
     feature store, which ``costmodel eval|compare`` and the benchmarks read, then pack them
     (gzip) for the repository."""
-    from .dataset import features_path
-    from .features import make_extractor
-    from .features.store import COSTLY, FeatureStore, fill
+    from ..dataset import features_path
+    from ..features import make_extractor
+    from ..features.store import COSTLY, FeatureStore, fill
 
-    names = _names(features)
+    names = split_names(features)
     bad = [n for n in names if n not in COSTLY]
     if bad:
-        _fail(f"only costly extractors are stored ({', '.join(COSTLY)}), not {', '.join(bad)}")
-    ds = _load(dataset)
+        fail(f"only costly extractors are stored ({', '.join(COSTLY)}), not {', '.join(bad)}")
+    ds = load_or_fail(dataset)
     store = FeatureStore(features_path(dataset))
     inputs = [inp for t in ds for inp in t.inputs]
     for name in names:
@@ -237,3 +207,7 @@ def features_cmd(
         console.print(f"{name}: computed {done} rows into {store.directory}")
     for file, rows in store.pack().items():
         console.print(f"packed {rows} rows into {store.directory / file}.gz")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(dataset_app, name="dataset")

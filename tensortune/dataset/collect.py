@@ -1,11 +1,10 @@
-"""Measuring datasets: ``collect_dataset`` grows one with random and tuner-guided configs,
-``remeasure_dataset`` times its configs again in later sessions to average out host noise.
+"""Measuring datasets: ``collect_dataset`` grows one with random and tuner-guided configs
+(``remeasure`` times them again in later sessions).
 
     tasks = resolve_tasks(["benchmark", "resnet18"], target)
     collect_dataset("data/cpu.jsonl.gz", tasks, per_task=48, settings=settings)
-    remeasure_dataset("data/cpu.jsonl.gz", sessions=2, settings=settings)
 
-Both append records flushed per measurement, so a killed run resumes where it stopped.
+Records are appended and flushed per measurement, so a killed run resumes where it stopped.
 """
 from __future__ import annotations
 
@@ -15,14 +14,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
-from .dataset import (MODEL_OPS, TaskInfo, benchmark_workloads, load_dataset, op_kind,
-                      record_sessions, working_log, write_manifest)
-from .measure.types import ErrorKind, MeasureInput, MeasureResult
-from .records import RecordWriter, load_records, pack_records, unpack_records
-from .settings import Settings
-from .workload import Task
+from ..measure.types import ErrorKind, MeasureInput, MeasureResult
+from ..records import RecordWriter, load_records, pack_records, unpack_records
+from ..settings import Settings
+from ..workload import Task
+from .base import MODEL_OPS, TaskInfo, benchmark_workloads, op_kind, working_log, write_manifest
 
 
 def _latest(out: str | os.PathLike) -> Path | None:
@@ -38,7 +34,7 @@ def _measuring(out: str | os.PathLike, settings: Settings
     """A builder, a runner and a writer appending to ``out``'s working log. A packed ``out``
     is unpacked first (unless a killed run left the log) and packed again at the end; the
     working copy is removed only once packing succeeded."""
-    from .measure import LocalBuilder, LocalRunner
+    from ..measure import LocalBuilder, LocalRunner
 
     packed, log = Path(out), working_log(out)
     if log != packed and packed.exists() and not log.exists():
@@ -77,7 +73,7 @@ def resolve_tasks(specs: Sequence[str], target: dict,
                     out.setdefault(task.key, (TaskInfo(task.key, name, op_kind(workload),
                                                        "benchmark"), task))
             continue
-        from .zoo import ZOO
+        from ..zoo import ZOO
 
         if spec not in ZOO:
             raise KeyError(f"unknown dataset task {spec!r}: use 'benchmark', one of "
@@ -93,9 +89,9 @@ def resolve_tasks(specs: Sequence[str], target: dict,
 
 
 def _model_tasks(name: str, target: dict) -> list:
-    from .frontend import from_torch
-    from .tasks import extract_tasks
-    from .zoo import zoo_model
+    from ..frontend import from_torch
+    from ..tasks import extract_tasks
+    from ..zoo import zoo_model
 
     module, inputs = zoo_model(name)
     tasks = extract_tasks(from_torch(module, inputs, name=name), target)
@@ -131,8 +127,8 @@ def collect_dataset(out: str | os.PathLike, tasks: Sequence[tuple[TaskInfo, Task
     One builder and one runner serve all tasks. ``on_task(info, before)`` is called as each
     task starts.
     """
-    from .space import task_space
-    from .tuner import Evaluator, make_loop
+    from ..space import task_space
+    from ..tuner import Evaluator, make_loop
 
     if per_task < 0:
         raise ValueError(f"per_task must be >= 0, got {per_task}")
@@ -182,82 +178,4 @@ def collect_dataset(out: str | os.PathLike, tasks: Sequence[tuple[TaskInfo, Task
     return summary
 
 
-@dataclass(frozen=True)
-class RemeasuredTask:
-    """What re-timing did for one task."""
-
-    name: str
-    configs: int  # successful configs of the task
-    timed: int  # timings done now
-    failed: int  # of those, timings that ended in an error
-    spearman: float | None  # rank agreement of the new timings with the configs' earlier cost
-    top10: float | None  # the earlier costs' top-10 ratio if the new timings picked the 10
-
-
-def remeasure_dataset(path: str | os.PathLike, sessions: int = 2, settings: Settings | None = None,
-                      names: Sequence[str] = (), batch: int = 8,
-                      callbacks: Sequence[Callable[[MeasureInput, MeasureResult], None]] = (),
-                      on_task: Callable[[str, int], None] | None = None) -> list[RemeasuredTask]:
-    """Time every successful config of ``path`` (or of the tasks ``names``) again until it has
-    ``sessions`` records, appending each new record; ``load_dataset`` pools them.
-
-    Host noise comes in bursts longer than one candidate's repeats, so repeats taken in one
-    session share it; a later session in a shuffled order does not. Each task's configs are
-    built ``batch`` at a time, then timed (never both at once). Configs whose records hold an
-    error are left alone. ``on_task(name, todo)`` is called as each task starts.
-    """
-    if sessions < 1:
-        raise ValueError(f"sessions must be >= 1, got {sessions}")
-    if batch < 1:
-        raise ValueError(f"batch must be >= 1, got {batch}")
-    settings = settings or Settings()
-    source = _latest(path)
-    if source is None:
-        raise FileNotFoundError(f"no such dataset: {path}")
-    dataset = load_dataset(source)
-    tasks = dataset.select(names) if names else dataset  # a bad name fails before any change
-    timed = record_sessions(source)
-    rng = np.random.default_rng(settings.seed)
-    summary = []
-    with _measuring(path, settings) as (builder, runner, writer):
-        for data in tasks:
-            key = data.task.key
-            todo = [i for i, r in enumerate(data.results)
-                    if r.ok and len(timed[(key, data.inputs[i].config)]) < sessions]
-            # a shuffled order, so slow drift of the host is not tied to the first session's order
-            todo = [todo[j] for j in rng.permutation(len(todo))]
-            if on_task is not None:
-                on_task(data.name, len(todo))
-            new: dict[int, MeasureResult] = {}
-            for start in range(0, len(todo), batch):
-                chunk = todo[start:start + batch]
-                inputs = [data.inputs[i] for i in chunk]
-                results = runner.run(inputs, builder.build(inputs), verify=[False] * len(chunk))
-                for i, inp, res in zip(chunk, inputs, results):
-                    writer.append(inp, res)
-                    for callback in callbacks:
-                        callback(inp, res)
-                    new[i] = res
-            summary.append(RemeasuredTask(data.name, data.n_ok, len(new),
-                                          sum(not r.ok for r in new.values()),
-                                          *_agreement(data.results, new)))
-    return summary
-
-
-def _agreement(before: Sequence[MeasureResult], new: dict[int, MeasureResult]
-               ) -> tuple[float | None, float | None]:
-    """How well the new timings agree with the earlier costs: Spearman (None under 3 pairs),
-    and Tuna's top-10 ratio of the earlier costs with the new timings as the "model" (None
-    under 20 pairs) -- the score a perfect cost model would get against one session's noise."""
-    from .cost_model.metrics import spearman, topk_ratio
-
-    pairs = [(before[i].cost, r.cost) for i, r in new.items() if r.ok]
-    if len(pairs) < 3:
-        return None, None
-    earlier, now = np.array(pairs).T
-    top10 = float(topk_ratio(-now, earlier, 10)) if len(pairs) >= 20 else None
-    return float(spearman(earlier, now)), top10
-
-
-__all__ = ["resolve_tasks", "collect_dataset", "CollectedTask", "remeasure_dataset",
-           "RemeasuredTask"]
+__all__ = ["resolve_tasks", "collect_dataset", "CollectedTask"]

@@ -1,5 +1,5 @@
-"""Command line for cost-model evaluation: ``tensortune costmodel eval|compare`` (and, through
-``register``, the ``dataset`` commands of cli_dataset)."""
+"""Command line for cost-model evaluation: ``tensortune costmodel eval|compare``, on the
+datasets the ``dataset`` commands collect."""
 from __future__ import annotations
 
 import json
@@ -13,18 +13,17 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
-from .cli_dataset import _fail, _load, _names, console, dataset_app
+from .common import console, fail, load_or_fail, split_names
 
 costmodel_app = typer.Typer(add_completion=False, no_args_is_help=True,
                             help="Evaluate cost models on a dataset.")
 
 
-
 def _bank(dataset: Path, use_store: bool, others: list[Path]):
     """Features kept in ``dataset``'s store, read from the ``others``' stores too."""
-    from .costmodel_eval import FeatureBank
-    from .dataset import features_path
-    from .features.store import FeatureStore
+    from ..dataset import features_path
+    from ..evaluation import FeatureBank
+    from ..features.store import FeatureStore
 
     also = [features_path(p) for p in others]
     return FeatureBank(FeatureStore(features_path(dataset), also=also) if use_store else None)
@@ -32,12 +31,12 @@ def _bank(dataset: Path, use_store: bool, others: list[Path]):
 
 def _load_joined(dataset: Path, also: Optional[list[Path]]):
     """``dataset``'s tasks, then each ``also`` file's."""
-    ds = _load(dataset)
+    ds = load_or_fail(dataset)
     for path in also or []:
         try:
-            ds = ds.join(_load(path))
+            ds = ds.join(load_or_fail(path))
         except ValueError as err:
-            _fail(str(err))
+            fail(str(err))
     return ds
 
 
@@ -55,7 +54,7 @@ def _metric(v) -> str:
 
 
 def _report_table(title: str, reports) -> Table:
-    from .costmodel_eval import METRICS
+    from ..evaluation import METRICS
 
     table = Table(title=title, box=box.SIMPLE_HEAD)
     # "top10 on": tasks with enough test records for top-10; fewer than "tasks" after finetune
@@ -72,7 +71,7 @@ def _report_table(title: str, reports) -> Table:
 
 
 def _task_table(report) -> Table:
-    from .costmodel_eval import METRICS
+    from ..evaluation import METRICS
 
     table = Table(title=f"{report.model} on {report.features} ({report.split})",
                   box=box.SIMPLE_HEAD)
@@ -88,7 +87,7 @@ def _task_table(report) -> Table:
 
 def _source_table(reports) -> Table:
     """By-model: one row per report and held-out source model, its tasks' metric means."""
-    from .costmodel_eval import METRICS
+    from ..evaluation import METRICS
 
     table = Table(title="per held-out model", box=box.SIMPLE_HEAD)
     for col in ("model", "features", "held out", "tasks", *METRICS):
@@ -114,7 +113,7 @@ def _run(fn, **kw):
     try:
         return fn(**kw)
     except (KeyError, ValueError) as err:
-        _fail(str(err.args[0]) if isinstance(err, KeyError) else str(err))
+        fail(str(err.args[0]) if isinstance(err, KeyError) else str(err))
 
 
 @costmodel_app.command("eval")
@@ -140,17 +139,18 @@ def eval_cmd(
     as_json: bool = typer.Option(False, "--json", help="end with one JSON object on stdout"),
 ):
     """Fit one cost model and report Pearson, Spearman, pairwise accuracy and top-k ratios."""
-    from .costmodel_eval import MODELS, evaluate
+    from ..evaluation import MODELS, evaluate
 
     if model not in MODELS:
-        _fail(f"unknown cost model {model!r}; choose one of {', '.join(MODELS)}")
+        fail(f"unknown cost model {model!r}; choose one of {', '.join(MODELS)}")
     ds = _load_joined(dataset, also)
     bank = _bank(dataset, store, [*(also or []), *([history] if history else [])])
     report = _run(evaluate, dataset=ds, model=model, features=features, split=split,
-                  holdout=_names(holdout or ""), folds=folds, finetune=finetune,
+                  holdout=split_names(holdout or ""), folds=folds, finetune=finetune,
                   train_fraction=train_fraction, seed=seed, bank=bank,
                   label=label, on_progress=lambda name: console.print(f"  scored {name}"),
-                  history=_load(history) if history else None, history_twins=history_twins)
+                  history=load_or_fail(history) if history else None,
+                  history_twins=history_twins)
     _print_wide(_task_table(report))
     if split == "by-model":
         _print_wide(_source_table([report]))
@@ -188,22 +188,23 @@ def compare_cmd(
     as_json: bool = typer.Option(False, "--json", help="end with one JSON line on stdout"),
 ):
     """Every model x feature combination on one dataset, in one table."""
-    from .costmodel_eval import MODELS, default_feature_sets, evaluate
+    from ..evaluation import MODELS, default_feature_sets, evaluate
 
-    model_names = _names(models)
+    model_names = split_names(models)
     unknown = [m for m in model_names if m not in MODELS]
     if unknown or not model_names:
-        _fail(f"unknown cost model(s) {unknown or models!r}; choose from {', '.join(MODELS)}")
-    feature_sets = _names(features) if features else list(default_feature_sets())
+        fail(f"unknown cost model(s) {unknown or models!r}; choose from {', '.join(MODELS)}")
+    feature_sets = split_names(features) if features else list(default_feature_sets())
     ds = _load_joined(dataset, also)
-    past = _load(history) if history else None
+    past = load_or_fail(history) if history else None
     bank = _bank(dataset, store, [*(also or []), *([history] if history else [])])
     reports = []
     for fs in feature_sets:
         for m in model_names:
             console.print(f"{m} on {fs} ...")
             reports.append(_run(evaluate, dataset=ds, model=m, features=fs, split=split,
-                                holdout=_names(holdout or ""), folds=folds, finetune=finetune,
+                                holdout=split_names(holdout or ""), folds=folds,
+                                finetune=finetune,
                                 train_fraction=train_fraction, seed=seed, bank=bank,
                                 label=label, history=past, history_twins=history_twins))
     joined = "".join(f" + {p}" for p in also or [])
@@ -218,11 +219,10 @@ def compare_cmd(
     if as_json:
         doc = {"dataset": str(dataset), "also": [str(p) for p in also or []],
                "split": split, "finetune": finetune,
-               "holdout": _names(holdout or ""), "rows": [r.to_json() for r in reports],
+               "holdout": split_names(holdout or ""), "rows": [r.to_json() for r in reports],
                "history": str(history) if history else None, "history_twins": history_twins}
         sys.stdout.write(json.dumps(doc) + "\n")
 
 
 def register(app: typer.Typer) -> None:
-    app.add_typer(dataset_app, name="dataset")
     app.add_typer(costmodel_app, name="costmodel")

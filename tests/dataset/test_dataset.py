@@ -8,7 +8,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from tensortune.cli_costmodel import register
+from tensortune.cli.dataset import register
 from tensortune.dataset import (
     TaskInfo,
     benchmark_workloads,
@@ -19,7 +19,7 @@ from tensortune.dataset import (
     pool_results,
     read_manifest,
 )
-from tensortune.dataset_collect import collect_dataset, remeasure_dataset, resolve_tasks
+from tensortune.dataset import collect_dataset, remeasure_dataset, resolve_tasks
 from tensortune.records import pack_records
 from tensortune.measure.types import ErrorKind, MeasureInput, MeasureResult
 from tensortune.records import RecordWriter
@@ -240,7 +240,7 @@ def test_adopting_records_copies_those_of_the_collected_tasks(collected, tmp_pat
 
 
 def test_session_agreement_is_spearman_and_the_top10_a_perfect_model_would_get():
-    from tensortune.dataset_collect import _agreement
+    from tensortune.dataset.remeasure import _agreement
 
     before = [MeasureResult((float(i + 1),)) for i in range(25)]
     same = {i: MeasureResult((float(i + 1),)) for i in range(25)}

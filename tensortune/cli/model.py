@@ -6,13 +6,11 @@ import json
 import sys
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from .settings import Settings
-
-console = Console(stderr=True)
+from ..settings import Settings
+from .common import console
 
 
 def tune_model(
@@ -27,9 +25,9 @@ def tune_model(
     as_json: bool = typer.Option(False, "--json", help="end with one JSON summary line on stdout"),
 ):
     """Tune a whole model, build it with the best schedules, save it, and compare."""
-    from .frontend import ModelImportError
-    from .session import Session, SessionError, task_label
-    from .zoo import ZOO
+    from ..frontend import ModelImportError
+    from ..session import Session, SessionError, task_label
+    from ..zoo import ZOO
 
     settings = dataclasses.replace(Settings.from_env(), seed=seed)
     try:
@@ -104,7 +102,7 @@ def tune_model(
 def evaluate(run: str = typer.Argument(..., help="run id (see `tensortune runs`) or directory"),
              repeat: int = typer.Option(20), as_json: bool = typer.Option(False, "--json")):
     """Load a saved run and time it."""
-    from .session import Session, SessionError
+    from ..session import Session, SessionError
 
     try:
         session = Session.load(run)
@@ -120,7 +118,7 @@ def evaluate(run: str = typer.Argument(..., help="run id (see `tensortune runs`)
 
 def runs(as_json: bool = typer.Option(False, "--json")):
     """List the runs under the home directory, newest first."""
-    from .session import list_runs
+    from ..session import list_runs
 
     rows = list_runs()
     table = Table(title="tensortune runs")

@@ -3,7 +3,8 @@
 A dataset is an ordinary records log (so collection resumes like tuning does) plus a small
 manifest beside it, ``<name>.tasks.json``, naming each task: a short name, its operator kind and
 where it comes from (``benchmark`` or a zoo model). ``load_dataset`` groups the records by task,
-pooling the sessions of a config timed more than once; ``dataset_collect`` measures them.
+pooling the sessions of a config timed more than once; ``collect`` and ``remeasure`` measure
+them, ``noise`` says how far one session agrees with the others.
 
     ds = load_dataset("data/cpu.jsonl.gz")
     for t in ds: print(t.info.name, t.n_ok, t.best_gflops)
@@ -16,12 +17,10 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import numpy as np
-
-from .measure.types import ErrorKind, MeasureInput, MeasureResult
-from .records import Record, load_records
-from .space import Config
-from .workload import Conv2d, Dense, Matmul, PrimFuncWorkload, Task, Workload
+from ..measure.types import ErrorKind, MeasureInput, MeasureResult
+from ..records import Record, load_records
+from ..space import Config
+from ..workload import Conv2d, Dense, Matmul, PrimFuncWorkload, Task, Workload
 
 MANIFEST_FORMAT = "tensortune.dataset"
 # operator kinds a dataset collects from models: the reductions the cost models are about
@@ -315,48 +314,6 @@ def load_dataset(path: str | os.PathLike,
     return Dataset(tuple(tasks), Path(path))
 
 
-@dataclass(frozen=True)
-class SessionNoise:
-    """How reproducible one task's timings are, from the configs timed in every session."""
-
-    name: str
-    sessions: int  # timing sessions every scored config has
-    configs: int  # successful configs timed that often
-    spearman: float | None  # each session against the pooled others, mean over sessions
-    top10: float | None  # the top-10 ratio of that session's ranking, the same way
-
-
-def session_noise(dataset: Dataset) -> list[SessionNoise]:
-    """Per task, how well one timing session predicts the pooled others (None with a single
-    session, or under 3 / 20 configs): the top-10 ratio is what a perfect cost model scores
-    when it is judged against measurements this noisy."""
-    from .cost_model.metrics import spearman, topk_ratio
-
-    if dataset.path is None:
-        raise ValueError("session_noise needs a dataset loaded from a file")
-    sessions = record_sessions(dataset.path)
-    out = []
-    for data in dataset:
-        rows = [[rec.to_result() for rec in sessions[(data.task.key, i.config)]]
-                for i, r in zip(data.inputs, data.results) if r.ok]
-        n = min((sum(x.ok for x in rs) for rs in rows), default=0)
-        rows = [[x for x in rs if x.ok][:n] for rs in rows]
-        if n < 2 or len(rows) < 3:
-            out.append(SessionNoise(data.name, n, len(rows), None, None))
-            continue
-        rho, top = [], []
-        for s in range(n):
-            one = np.array([rs[s].cost for rs in rows])
-            rest = np.array([pool_results(rs[:s] + rs[s + 1:]).cost for rs in rows])
-            rho.append(spearman(one, rest))
-            if len(rows) >= 20:
-                top.append(topk_ratio(-one, rest, 10))
-        out.append(SessionNoise(data.name, n, len(rows), float(np.mean(rho)),
-                                float(np.mean(top)) if top else None))
-    return out
-
-
 __all__ = ["Dataset", "TaskData", "TaskInfo", "benchmark_workloads", "op_kind", "default_name",
-           "shape_key", "pool_results", "record_sessions", "load_dataset", "SessionNoise",
-           "session_noise", "manifest_path", "features_path", "working_log", "read_manifest",
-           "write_manifest", "MODEL_OPS"]
+           "shape_key", "pool_results", "record_sessions", "load_dataset", "manifest_path",
+           "features_path", "working_log", "read_manifest", "write_manifest", "MODEL_OPS"]

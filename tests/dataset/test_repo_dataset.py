@@ -17,7 +17,7 @@ from tensortune.dataset import features_path, load_dataset, record_sessions, ses
 from tensortune.features import make_extractor
 from tensortune.features.store import FeatureStore
 
-DATA = Path(__file__).resolve().parent.parent / "data" / "cpu.jsonl.gz"
+DATA = Path(__file__).resolve().parents[2] / "data" / "cpu.jsonl.gz"
 ZEN3 = DATA.with_name("cpu-zen3.jsonl.gz")
 SPR = DATA.with_name("cpu-spr.jsonl.gz")
 ZOO = DATA.with_name("cpu-spr-zoo.jsonl.gz")
@@ -28,7 +28,7 @@ ZOO3 = DATA.with_name("cpu-spr-zoo3.jsonl.gz")
 @pytest.fixture(scope="module")
 def dataset():
     if not DATA.exists():
-        pytest.fail(f"{DATA} is missing: regenerate it as README 'Cost models and features' says")
+        pytest.fail(f"{DATA} is missing: regenerate it as docs/datasets.md says")
     return load_dataset(DATA)
 
 

@@ -13,8 +13,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from tensortune.cli_costmodel import register
-from tensortune.costmodel_eval import (
+from tensortune.cli.costmodel import register
+from tensortune.evaluation import (
     METRICS,
     FeatureBank,
     compare,

@@ -1,4 +1,4 @@
-"""Command line: ``tensortune tune-op`` and ``best``; the model commands live in cli_model."""
+"""Command line for single operators: ``tensortune tune-op`` and ``best``."""
 from __future__ import annotations
 
 import dataclasses
@@ -8,18 +8,12 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from .cli_costmodel import register as register_costmodel_commands
-from .cli_model import register as register_model_commands
-from .settings import Settings
-from .workload import OPS, Task, WorkloadError, default_target, workload_from_dict
-
-app = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="tensortune: tune tensor programs on Apache TVM.")
-console = Console(stderr=True)
+from ..settings import Settings
+from ..workload import OPS, Task, WorkloadError, default_target, workload_from_dict
+from .common import console
 
 
 def _ints(text: str, name: str, count: int) -> list[int]:
@@ -59,7 +53,6 @@ def workload_from_options(op: str, m, n, k, b, batch, in_features, out_features,
     raise WorkloadError(f"unknown operator {op!r}; known: {', '.join(sorted(OPS))}")
 
 
-@app.command("tune-op")
 def tune_op(
     op: str = typer.Argument(..., help="matmul | dense | batch_matmul | conv2d"),
     m: Optional[int] = typer.Option(None, help="matmul/batch_matmul: rows of A"),
@@ -89,8 +82,8 @@ def tune_op(
     as_json: bool = typer.Option(False, "--json", help="end with one JSON summary line on stdout"),
 ):
     """Tune one operator on this CPU and report the best kernel found."""
-    from .peers import fma_peak_gflops
-    from .tuner import MODEL_TUNERS, SEARCHES, TUNERS, tune_task
+    from ..peers import fma_peak_gflops
+    from ..tuner import MODEL_TUNERS, SEARCHES, TUNERS, tune_task
 
     try:
         workload = workload_from_options(op, m, n, k, b, batch, in_features, out_features, bias,
@@ -105,7 +98,7 @@ def tune_op(
         console.print(f"[red]error:[/red] unknown search {search!r}; choose one of {', '.join(SEARCHES)}")
         raise typer.Exit(2)
     if prescreen:
-        from .features import make_extractor
+        from ..features import make_extractor
 
         try:
             if tuner not in MODEL_TUNERS:
@@ -169,11 +162,10 @@ def tune_op(
         raise typer.Exit(1)
 
 
-@app.command("best")
 def best(log: Path = typer.Argument(..., help="records file"),
          as_json: bool = typer.Option(False, "--json")):
     """List the best record of every task in a log."""
-    from .records import load_records
+    from ..records import load_records
 
     def corrupt(lineno, reason):
         console.print(f"[yellow]warning:[/yellow] {log}:{lineno}: skipped corrupt record ({reason})")
@@ -203,13 +195,6 @@ def best(log: Path = typer.Argument(..., help="records file"),
         sys.stdout.write(json.dumps(rows) + "\n")
 
 
-register_model_commands(app)
-register_costmodel_commands(app)
-
-
-def main():  # pragma: no cover - console entry point
-    app()
-
-
-if __name__ == "__main__":  # pragma: no cover
-    main()
+def register(app: typer.Typer) -> None:
+    app.command("tune-op")(tune_op)
+    app.command("best")(best)

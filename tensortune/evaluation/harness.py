@@ -21,7 +21,7 @@ model on them only transfers between tasks whose knob rows have the same width (
 convolutions). In ``by-task`` a held-out task with no such training task is skipped with that
 reason (or, with ``finetune``, trained on its fine-tuning records alone and marked "no transfer").
 
-Each scored task gets the metrics of ``costmodel_scores`` (Pearson, Spearman, pairwise accuracy,
+Each scored task gets the metrics of ``scores`` (Pearson, Spearman, pairwise accuracy,
 top-k ratios). A task with fewer than ``MIN_SCORED`` successful test records (e.g. a small task
 after ``finetune``) is skipped with that reason, not scored.
 """
@@ -33,10 +33,10 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from .costmodel_scores import METRICS, TOPK, EvalReport, TaskScore, score_task
-from .costmodel_splits import Fold, history_fold, model_folds, record_split, task_folds
-from .dataset import Dataset, TaskData
-from .features import ConcatFeatures, FeatureExtractor
+from ..dataset import Dataset, TaskData
+from ..features import ConcatFeatures, FeatureExtractor
+from .scores import METRICS, TOPK, EvalReport, TaskScore, score_task
+from .splits import Fold, history_fold, model_folds, record_split, task_folds
 
 MODELS = ("xgb-rank", "xgb-reg", "gtuner", "ensemble")
 SPLITS = ("by-task", "by-model", "within-task")
@@ -51,15 +51,15 @@ def make_model(name: str, extractor: FeatureExtractor, seed: int = 0, label: str
     model's default)."""
     options = {"seed": seed} if label is None else {"seed": seed, "label": label}
     if name in ("xgb-rank", "xgb-reg"):
-        from .cost_model import XGBoostModel
+        from ..cost_model import XGBoostModel
 
         return XGBoostModel(extractor, objective=name.split("-")[1], **options)
     if name == "gtuner":
-        from .cost_model import GTunerModel
+        from ..cost_model import GTunerModel
 
         return GTunerModel(extractor, **options)
     if name == "ensemble":
-        from .cost_model import default_ensemble
+        from ..cost_model import default_ensemble
 
         return default_ensemble(extractor, **options)
     raise ValueError(f"unknown cost model {name!r}; choose one of {', '.join(MODELS)}")
@@ -67,7 +67,7 @@ def make_model(name: str, extractor: FeatureExtractor, seed: int = 0, label: str
 
 def available_features() -> tuple[str, ...]:
     """The extractor names ``make_extractor`` knows in this installation."""
-    from .features import EXTRACTORS
+    from ..features import EXTRACTORS
 
     return tuple(EXTRACTORS)
 
@@ -93,8 +93,8 @@ class FeatureBank:
         self._widths: dict[tuple[str, str], int] = {}
 
     def get(self, features: str) -> FeatureExtractor:
-        from .features import EXTRACTORS, build_part, make_extractor
-        from .features.store import COSTLY
+        from ..features import EXTRACTORS, build_part, make_extractor
+        from ..features.store import COSTLY
 
         names = [p.strip() for p in features.split("+") if p.strip()]
         unknown = [n for n in names if n not in EXTRACTORS]
@@ -115,8 +115,8 @@ class FeatureBank:
     def stored(self, features: str, data: TaskData) -> bool:
         """True when every costly row of ``features`` for ``data`` is in the store already
         (always True for cheap feature sets)."""
-        from .features import EXTRACTORS
-        from .features.store import COSTLY, StoredExtractor
+        from ..features import EXTRACTORS
+        from ..features.store import COSTLY, StoredExtractor
 
         names = [n.strip() for n in features.split("+") if n.strip()]
         names += [getattr(EXTRACTORS[n], "source", None) for n in names if n in EXTRACTORS]
@@ -175,7 +175,7 @@ def evaluate(dataset: Dataset, model: str | ModelFactory, features: str, split: 
     extractor = bank.get(features)
     name = model if isinstance(model, str) else getattr(model, "__name__", type(model).__name__)
     if label is not None and isinstance(model, str):
-        from .cost_model.base import LABELS
+        from ..cost_model.base import LABELS
 
         if label not in LABELS:
             raise ValueError(f"unknown label {label!r}; choose one of {', '.join(LABELS)}")

@@ -1,0 +1,27 @@
+"""The ``tensortune`` command, one module per command group:
+
+* ``ops``: ``tune-op`` (tune one operator) and ``best`` (the best record of each task in a log);
+* ``model``: ``tune-model``, ``evaluate`` and ``runs`` (whole models, through ``Session``);
+* ``dataset``: ``dataset collect|remeasure|info|features``;
+* ``costmodel``: ``costmodel eval|compare``;
+* ``common``: the console and the helpers they share.
+"""
+from __future__ import annotations
+
+import typer
+
+from . import costmodel, dataset, model, ops
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="tensortune: tune tensor programs on Apache TVM.")
+ops.register(app)
+model.register(app)
+dataset.register(app)
+costmodel.register(app)
+
+
+def main() -> None:  # pragma: no cover - console entry point
+    app(prog_name="tensortune")
+
+
+__all__ = ["app", "main"]
