@@ -1,12 +1,16 @@
-"""Whole-model benchmark: tensortune vs PyTorch eager vs TVM untuned vs MetaSchedule.
+"""Whole-model benchmark: tensortune against the engines a user would otherwise deploy.
 
-For each model (default ResNet-18 and MobileNet V2, batch 1, 224x224), in this one process:
-tune with tensortune (gradient task scheduler, ``--trials`` in total), build and time it; time
-PyTorch eager with the same threads; build and time TVM's untuned default; tune the same module
-with MetaSchedule's ``tune_relax`` at the same total trials and time ``compile_relax``'s result.
-All outputs are checked against PyTorch. Prints a table and one JSON line.
+For each model, in this one process: tune it with tensortune (``--trials`` in total, gradient
+task scheduler), build and save it; export it to ONNX; then time, in interleaved rounds, the
+tuned tensortune module, ONNX Runtime, OpenVINO, PyTorch eager, ``torch.compile`` and TVM
+untuned (and MetaSchedule's ``tune_relax`` at the same trials with ``--metaschedule``; about an
+hour per model here). Every engine is timed the way a user calls it: numpy in, numpy out,
+wall clock around the call. Every output is checked against PyTorch (against ONNX Runtime for
+an ``.onnx`` file). Prints a table of latencies and ratios, each model's per-function profile,
+and one JSON line.
 
-    python benchmarks/bench_models.py [--models resnet18,mobilenet_v2] [--trials 1000]
+    python benchmarks/bench_models.py [--models resnet18,mobilenet_v2,resnet50,bert_base]
+        [--trials 1000] [--onnx model.onnx] [--metaschedule] [--home DIR] [--reuse]
 """
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ import argparse
 import dataclasses
 import json
 import logging
+import os
 import sys
 import tempfile
 import time
@@ -22,9 +27,16 @@ from pathlib import Path
 import numpy as np
 
 from tensortune.measure import use_threads
-from tensortune.peers import metaschedule_builder
-from tensortune.settings import Settings
+from tensortune.peers import fma_peak_gflops, metaschedule_builder
+from tensortune.peers.models import (ModelPeer, check_close, export_onnx, onnxruntime_peer,
+                                     openvino_peer, time_interleaved, torch_peer, warm)
 from tensortune.session import Session
+from tensortune.settings import Settings
+from tensortune.tasks.graph import GraphOptions
+
+DEFAULT_MODELS = "resnet18,mobilenet_v2,resnet50,bert_base"
+ENGINES = ("tensortune", "onnxruntime", "openvino", "pytorch", "torch.compile", "untuned",
+           "metaschedule")
 
 
 def metaschedule_model(session: Session, trials: int, work_dir: Path):
@@ -38,9 +50,7 @@ def metaschedule_model(session: Session, trials: int, work_dir: Path):
     target = tvm.target.Target(session.target)
     logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
     start = time.perf_counter()
-    # MetaSchedule extracts tasks from an already legalized and fused module; compile_relax then
-    # runs the same passes on the prepared module and looks the functions up in its database
-    fused = fused_module(session.model, session.target)
+    fused = fused_module(session.model, session.target, session.graph)
     # MetaSchedule's warm-up gives every task one batch of num_trials_per_iter; at its default of
     # 64 a budget under 128 x tasks leaves the last tasks untuned (naive code), so size the batch
     # the way tensortune's scheduler sizes its warm-up
@@ -50,77 +60,146 @@ def metaschedule_model(session: Session, trials: int, work_dir: Path):
                                          max_trials_global=trials, num_trials_per_iter=per_iter,
                                          builder=metaschedule_builder())
     tune_s = time.perf_counter() - start
-    ex = ms.relax_integration.compile_relax(db, prepare(session.model.mod), target, params=None)
+    ex = ms.relax_integration.compile_relax(db, prepare(session.model.mod, session.graph), target,
+                                            params=None)
     m = session.model
     return CompiledModel(ex, m.inputs, m.outputs, (), m.name, dict(session.target)), tune_s
 
 
-def _check(name, got, expected):
-    err = float(np.max(np.abs(got - expected)))
-    scale = max(1.0, float(np.max(np.abs(expected))))
-    if err > 1e-3 * scale:
-        raise RuntimeError(f"{name} output differs from PyTorch (max abs error {err:.3g})")
+def graph_of(args) -> GraphOptions:
+    return GraphOptions(layout=args.layout, winograd=not args.no_winograd)
+
+
+def session_for(name: str, args, settings: Settings) -> tuple[Session, list, object]:
+    """The model's session, its example inputs (numpy) and the torch module (None for ONNX)."""
+    if name.endswith(".onnx"):
+        s = Session.from_onnx(name, settings=settings, graph=graph_of(args))
+        inputs = s.model.random_inputs(seed=0)
+        return s, inputs, None
+    s = Session.from_zoo(name, batch=args.batch, settings=settings, graph=graph_of(args))
+    module, example = s._torch
+    return s, [t.numpy() for t in example], module
+
+
+def bench_one(name: str, args, settings: Settings, home: Path, peak: float) -> dict:
+    threads = settings.measure.threads
+    s, x, module = session_for(name, args, settings)
+    label = Path(name).stem
+    trials, tune_s = 0, None
+    if not args.reuse:
+        start = time.perf_counter()
+        trials = s.tune(args.trials).trials
+        tune_s = time.perf_counter() - start
+    s.build()
+    s.save()
+    peers: dict[str, ModelPeer] = {"tensortune": ModelPeer("tensortune", lambda a: s.run(*a))}
+    onnx_path = Path(name) if module is None else export_onnx(module, tuple(
+        __import__("torch").from_numpy(a) for a in x), home / "onnx" / f"{label}.onnx")
+    peers["onnxruntime"] = onnxruntime_peer(onnx_path, threads)
+    peers["openvino"] = openvino_peer(onnx_path, threads)
+    if module is not None:
+        peers["pytorch"] = torch_peer(module, threads)
+        if not args.no_compile:
+            peers["torch.compile"] = torch_peer(module, threads, compile=True)
+    untuned = s.build(tuned=False)
+    peers["untuned"] = ModelPeer("untuned", lambda a: untuned.run(*a))
+    s.build()  # the tuned module again, for the session's own calls
+    if args.metaschedule:
+        ms_model, ms_tune = metaschedule_model(s, args.trials, home / f"ms-{label}")
+        peers["metaschedule"] = ModelPeer("metaschedule", lambda a: ms_model.run(*a), ms_tune)
+    reference_name = "pytorch" if "pytorch" in peers else "onnxruntime"
+    expected = warm(peers[reference_name], x)
+    errors = {}
+    for engine, peer in peers.items():
+        errors[engine] = check_close(engine, warm(peer, x), expected)
+    slow = {"untuned"}  # seconds per call: a round of one is enough
+    times = time_interleaved({e: (lambda p=p: p.run(x)) for e, p in peers.items()
+                              if e not in slow}, rounds=args.rounds, per_round=args.per_round)
+    times.update(time_interleaved({e: (lambda p=p: p.run(x)) for e, p in peers.items()
+                                   if e in slow}, rounds=1, per_round=2))
+    ms = {e: float(np.median(t)) * 1e3 for e, t in times.items()}
+    profile = s.profile(repeat=20, peak_gflops=peak).to_json()
+    row = {"model": label, "tasks": len([t for t in s.extract() if t.tunable]), "trials": trials,
+           "tune_s": tune_s, "ms": ms, "spread": {e: [min(t) * 1e3, max(t) * 1e3]
+                                                  for e, t in times.items()},
+           "build_s": {e: p.build_s for e, p in peers.items()}, "max_error": errors,
+           "time_evaluator_ms": s.compiled.time(repeat=20).median * 1e3,
+           "profile": profile, "run_id": s.run_id, "graph": s.spec["graph"]}
+    best_peer = min((v, e) for e, v in ms.items() if e not in ("tensortune", "untuned"))
+    row["vs_best_peer"] = ms["tensortune"] / best_peer[0]
+    row["best_peer"] = best_peer[1]
+    print(f"[{label}] " + ", ".join(f"{e} {v:.2f} ms" for e, v in ms.items())
+          + f"; tensortune / best peer ({best_peer[1]}) = {row['vs_best_peer']:.2f}", flush=True)
+    return row
+
+
+def print_profile(row: dict, top: int = 12) -> None:
+    p = row["profile"]
+    print(f"\n{row['model']}: {p['latency_ms']:.2f} ms = kernels {p['kernels_ms']:.2f} + "
+          f"runtime {p['overhead_ms']:.2f} (builtins {p['builtins_ms']:.2f}); "
+          f"{p['gflops']:.1f} GFLOP/s overall, FMA peak {p['peak_gflops']:.0f}")
+    print("| function | calls | ms | share | GFLOP/s | of peak | tuned |\n|---|---|---|---|---|---|---|")
+    for f in p["functions"][:top]:
+        peak = "-" if f["of_peak"] is None else f"{100 * f['of_peak']:.0f}%"
+        print(f"| {f['name']} | {f['calls']} | {f['ms']:.3f} | {100 * f['share']:.1f}% | "
+              f"{f['gflops']:.1f} | {peak} | {'yes' if f['tuned'] else 'no'} |")
+    rest = p["functions"][top:]
+    if rest:
+        print(f"| {len(rest)} more | | {sum(f['ms'] for f in rest):.3f} | "
+              f"{100 * sum(f['share'] for f in rest):.1f}% | | | |")
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", default="resnet18,mobilenet_v2")
+    ap.add_argument("--models", default=DEFAULT_MODELS,
+                    help="zoo names and/or paths of .onnx files, comma-separated")
     ap.add_argument("--trials", type=int, default=1000)
     ap.add_argument("--batch", type=int, default=1)
-    ap.add_argument("--no-metaschedule", action="store_true")
+    ap.add_argument("--layout", default="nhwc", help="nhwc (default) or nchw")
+    ap.add_argument("--no-winograd", action="store_true", help="direct 3x3 convolutions only")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--per-round", type=int, default=10)
+    ap.add_argument("--metaschedule", action="store_true",
+                    help="also tune with MetaSchedule at the same trials (about an hour a model)")
+    ap.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     ap.add_argument("--home", default=None, help="tensortune home (default: a fresh temp dir)")
     ap.add_argument("--reuse", action="store_true",
-                    help="don't tune: build from the records already in --home (peers only)")
+                    help="don't tune: build from the records already in --home")
     args = ap.parse_args(argv)
     home = Path(args.home or tempfile.mkdtemp(prefix="tt-bench-models-"))
     settings = dataclasses.replace(Settings.from_env(), home=home)
-    use_threads(settings.measure.threads)
-    print(f"home {home}, threads {settings.measure.threads}, trials {args.trials}", flush=True)
-    rows = []
-    for name in [m.strip() for m in args.models.split(",") if m.strip()]:
-        s = Session.from_zoo(name, batch=args.batch, settings=settings)
-        x = [t.numpy() for t in s._torch[1]]
-        import torch
-
-        with torch.no_grad():
-            expected = s._torch[0](*s._torch[1])
-        expected = (expected[0] if isinstance(expected, tuple) else expected).numpy()
-        t0 = time.perf_counter()
-        trials = 0 if args.reuse else s.tune(args.trials).trials
-        tt_tune = None if args.reuse else time.perf_counter() - t0
-        s.build()
-        _check("tensortune", s.run(*x)[0], expected)
-        tuned = s.compiled.time(repeat=20).median
-        torch_ms = s.torch_latency_ms(repeat=30)
-        untuned_model = s.build(tuned=False)
-        _check("untuned", untuned_model.run(*x)[0], expected)
-        untuned = untuned_model.time(repeat=3).median
-        row = {"model": name, "tasks": len([t for t in s.extract() if t.tunable]),
-               "trials": trials, "tt_ms": tuned * 1e3, "tt_tune_s": tt_tune,
-               "torch_ms": torch_ms, "untuned_ms": untuned * 1e3}
-        spent = "reused records" if args.reuse else f"{trials} trials in {tt_tune:.0f} s"
-        print(f"[{name}] tensortune {row['tt_ms']:.2f} ms ({spent}); PyTorch {torch_ms:.2f} ms; "
-              f"untuned {row['untuned_ms']:.1f} ms", flush=True)
-        if not args.no_metaschedule:
-            ms_model, ms_tune = metaschedule_model(s, args.trials, home / f"ms-{name}")
-            _check("MetaSchedule", ms_model.run(*x)[0], expected)
-            row.update(ms_ms=ms_model.time(repeat=20).median * 1e3, ms_tune_s=ms_tune)
-            print(f"[{name}] MetaSchedule {row['ms_ms']:.2f} ms in {ms_tune:.0f} s", flush=True)
-        row["tt_vs_torch"] = row["tt_ms"] / torch_ms
-        row["tt_vs_ms"] = row["tt_ms"] / row["ms_ms"] if "ms_ms" in row else None
-        rows.append(row)
-    head = ("model", "tasks", "trials", "tt ms", "tt tune s", "torch ms", "untuned ms", "MS ms",
-            "MS tune s", "tt/torch", "tt/MS")
-    print("\n| " + " | ".join(head) + " |\n|" + "---|" * len(head))
+    threads = settings.measure.threads
+    use_threads(threads)
+    peak = fma_peak_gflops(threads)
+    print(f"home {home}, threads {threads}, trials {args.trials}, FMA peak {peak:.0f} GFLOP/s, "
+          f"cpu {_cpu_name()}", flush=True)
+    rows = [bench_one(name.strip(), args, settings, home, peak)
+            for name in args.models.split(",") if name.strip()]
+    engines = [e for e in ENGINES if any(e in r["ms"] for r in rows)]
+    print("\n| model | trials | tune s | " + " | ".join(f"{e} ms" for e in engines)
+          + " | tensortune / best peer |\n|" + "---|" * (len(engines) + 4))
     for r in rows:
-        f = lambda v, p=2: "-" if v is None else f"{v:.{p}f}"  # noqa: E731
-        print(f"| {r['model']} | {r['tasks']} | {r['trials']} | {f(r['tt_ms'])} | "
-              f"{f(r['tt_tune_s'], 0)} | {f(r['torch_ms'])} | {f(r['untuned_ms'], 1)} | "
-              f"{f(r.get('ms_ms'))} | {f(r.get('ms_tune_s'), 0)} | {f(r['tt_vs_torch'])} | "
-              f"{f(r['tt_vs_ms'])} |")
-    print("(tt/torch < 1 means tensortune is faster; the target is <= 0.8 on ResNet-18)")
-    print(json.dumps({"trials": args.trials, "rows": rows}))
+        cells = [f"{r['ms'][e]:.2f}" if e in r["ms"] else "-" for e in engines]
+        tune = "-" if r["tune_s"] is None else f"{r['tune_s']:.0f}"
+        print(f"| {r['model']} | {r['trials']} | {tune} | " + " | ".join(cells)
+              + f" | {r['vs_best_peer']:.2f} ({r['best_peer']}) |")
+    print("(median of per-round medians; wall clock around each engine's numpy-in, numpy-out "
+          "call; < 1 means tensortune is faster than the best peer)")
+    for r in rows:
+        print_profile(r)
+    print(json.dumps({"trials": args.trials, "threads": threads, "peak_gflops": peak,
+                      "cpu": _cpu_name(), "rows": rows}))
     return 0
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip() + f" ({os.cpu_count()} CPUs)"
+    except OSError:
+        pass
+    return "unknown"
 
 
 if __name__ == "__main__":

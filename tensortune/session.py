@@ -36,9 +36,15 @@ class Session:
 
     def __init__(self, model, spec: dict, settings: Settings | None = None,
                  torch_module=None, example_inputs=None, import_s: float = 0.0):
+        from .tasks.graph import GraphOptions
+
         self.settings = settings or Settings.from_env()
         self.model = model
         self.spec = spec
+        # the whole-model rewrites (layout, Winograd: ``tasks.graph``); part of the spec, since
+        # tasks, records and the saved module all depend on them
+        self.graph = GraphOptions.of(spec.get("graph"))
+        spec["graph"] = self.graph.to_json()
         self.target = self.settings.target or default_target(self.settings.measure.threads)
         name = spec.get("name", "model")
         self.run_id = time.strftime("%Y%m%d-%H%M%S-") + f"{name}-{secrets.token_hex(3)}"
@@ -53,34 +59,37 @@ class Session:
     # -- import ---------------------------------------------------------------------------------
     @classmethod
     def from_torch(cls, module, example_inputs: tuple, name: str | None = None,
-                   settings: Settings | None = None) -> "Session":
-        """Import a ``torch.nn.Module`` through torch.export and the Relax torch frontend."""
+                   settings: Settings | None = None, graph=None) -> "Session":
+        """Import a ``torch.nn.Module`` through torch.export and the Relax torch frontend;
+        ``graph`` (``tasks.graph.GraphOptions``, a layout name or a dict; default NHWC with
+        Winograd) chooses the whole-model rewrites it is compiled with."""
         from .frontend import from_torch
 
         start = time.perf_counter()
         model = from_torch(module, tuple(example_inputs), name=name)
-        spec = {"source": "torch", "name": model.name}
+        spec = {"source": "torch", "name": model.name, "graph": graph}
         return cls(model, spec, settings, module, tuple(example_inputs), time.perf_counter() - start)
 
     @classmethod
     def from_onnx(cls, path, input_shapes: dict | None = None,
-                  settings: Settings | None = None) -> "Session":
+                  settings: Settings | None = None, graph=None) -> "Session":
         """Import an ONNX file; an operator the frontend can't take is named in the error."""
         from .frontend import from_onnx
 
         start = time.perf_counter()
         model = from_onnx(path, input_shapes)
-        spec = {"source": "onnx", "path": str(Path(path).resolve()), "name": model.name}
+        spec = {"source": "onnx", "path": str(Path(path).resolve()), "name": model.name,
+                "graph": graph}
         return cls(model, spec, settings, import_s=time.perf_counter() - start)
 
     @classmethod
     def from_zoo(cls, name: str, batch: int = 1, image_size: int = 224, seq_len: int = 128,
-                 settings: Settings | None = None) -> "Session":
+                 settings: Settings | None = None, graph=None) -> "Session":
         """A model of the built-in zoo (random weights), imported from PyTorch."""
         from .zoo import zoo_model
 
         module, inputs = zoo_model(name, batch=batch, image_size=image_size, seq_len=seq_len)
-        session = cls.from_torch(module, inputs, name=name, settings=settings)
+        session = cls.from_torch(module, inputs, name=name, settings=settings, graph=graph)
         session.spec.update(source="zoo", batch=batch, image_size=image_size, seq_len=seq_len)
         return session
 
@@ -97,7 +106,7 @@ class Session:
             from .tasks import extract_tasks
 
             start = time.perf_counter()
-            self.tasks = extract_tasks(self.model, self.target)
+            self.tasks = extract_tasks(self.model, self.target, graph=self.graph)
             self.stages["extract"] = time.perf_counter() - start
         return self.tasks
 
@@ -111,9 +120,7 @@ class Session:
         """
         from .measure import LocalBuilder, LocalRunner
         from .records import RecordWriter, load_records
-        from .space import task_space
         from .tasks.scheduler import TaskScheduler, history_by_task
-        from .tuner import make_loop
 
         tasks = [t for t in self.extract() if t.tunable]
         if not tasks:
@@ -132,7 +139,7 @@ class Session:
         try:
             sched = TaskScheduler(
                 [(task_label(t), t.task, t.weight) for t in tasks], builder, runner, self.settings,
-                lambda task: make_loop(tuner, task_space(task), self.settings, features),
+                lambda task: self._loop(task, tuner, features),
                 history=history, callbacks=callbacks, strategy=scheduler, well_tuned=well_tuned,
                 seed=self.settings.seed)
             self.schedule = sched.run(trials, on_step)
@@ -146,6 +153,14 @@ class Session:
         self._write_run()
         return self.schedule
 
+    def _loop(self, task, tuner: str, features: str):
+        from .space import task_seeds, task_space
+        from .tuner import make_loop
+
+        space = task_space(task)
+        seeds = task_seeds(task, space) if self.settings.search.seeds else ()
+        return make_loop(tuner, space, self.settings, features, seeds=seeds)
+
     # -- build, save, load ------------------------------------------------------------------------------
     def build(self, tuned: bool = True):
         """Compile the model, each task with its best record (``tuned=False``: TVM's defaults)."""
@@ -154,7 +169,9 @@ class Session:
         self._need_model("build")
         start = time.perf_counter()
         best = self.records_path if tuned and self.records_path.exists() else None
-        self.compiled = build_model(self.model, self.target, best, threads=self.settings.measure.threads)
+        self.compiled = build_model(self.model, self.target, best,
+                                    threads=self.settings.measure.threads,
+                                    graph=self.graph)
         self.stages["build"] = time.perf_counter() - start
         return self.compiled
 
@@ -206,6 +223,13 @@ class Session:
         self.results["latency_ms"] = {k: v * 1e3 for k, v in stats.to_json().items() if k != "costs"}
         self._write_run()
         return self.results["latency_ms"]
+
+    def profile(self, repeat: int = 20, peak_gflops: float | None = None):
+        """Where the built model's time goes, per fused function (``tasks.profile``)."""
+        from .tasks.profile import profile_model
+
+        return profile_model(self._need_compiled("profile"), repeat=repeat,
+                             peak_gflops=peak_gflops)
 
     def torch_latency_ms(self, repeat: int = 20) -> float | None:
         """PyTorch eager latency of the imported module (None for ONNX imports)."""

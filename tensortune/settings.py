@@ -53,6 +53,9 @@ class SearchSettings:
     ga_tournament: int = 3
     ga_mutation: float = 0.5  # chance that a child also takes one ``space.neighbor`` step
     early_stop_trials: int = 0  # 0 disables: stop a task after this many trials without improvement
+    # measure the template's expert starting points first (``space.seeds``); off reproduces
+    # AutoTVM's cold start from random configs
+    seeds: bool = True
 
 
 @dataclass(frozen=True)

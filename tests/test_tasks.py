@@ -1,5 +1,6 @@
 """Whole-model tasks: PrimFunc workloads, extraction (de-duplication, weights, batch-norm folding),
-compilation with chosen configs, save/load, and the MetaSchedule database route."""
+compilation with chosen configs, save/load, and the MetaSchedule database route, on the model's
+own NCHW layout (``test_layout`` covers the NHWC default)."""
 import json
 
 import numpy as np
@@ -55,9 +56,12 @@ def net():
     return from_torch(module, (x,)), x.numpy(), expected
 
 
+NCHW = "nchw"
+
+
 @pytest.fixture(scope="module")
 def tasks(net, target):
-    return extract_tasks(net[0], target)
+    return extract_tasks(net[0], target, graph=NCHW)
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +94,7 @@ def _by_name(tasks, prefix):
 def test_batch_norm_is_folded_into_the_convolution(net, tasks, target):
     model = net[0]
     assert "batch_norm" in model.mod.script()
-    prepared = prepare(model.mod).script()
+    prepared = prepare(model.mod, NCHW).script()
     # folded, not merely decomposed: decomposition would subtract the mean from the activations
     assert "batch_norm" not in prepared and "subtract" not in prepared
     assert not any("batch_norm" in t.name or "batch_norm" in t.task.workload.script for t in tasks)
@@ -110,7 +114,7 @@ def test_identical_layers_are_one_task_weighted_by_calls(tasks):
 def test_tunable_and_untunable_tasks_say_why(tasks):
     untunable = list_untunable(tasks)
     assert [t.name for t in untunable] == ["reshape"]
-    assert "reduction block" in untunable[0].reason and not untunable[0].tunable
+    assert "a reshape" in untunable[0].reason and not untunable[0].tunable
     for t in tasks:
         if t.tunable:
             assert t.reason.startswith("cpu.generic:") and t.flops > 0
@@ -140,10 +144,12 @@ def test_primfunc_reference_is_conv_plus_bias_plus_relu(tasks):
                                rtol=1e-5, atol=1e-5)
 
 
-def test_template_mismatch_is_raised_for_functions_without_one_reduction(tasks, target):
-    reshape = _by_name(tasks, "reshape")
+def test_functions_without_one_reduction_get_the_row_wise_space(tasks, target):
+    reshape = _by_name(tasks, "reshape")  # untunable as a view, but the template still fits it
+    space = task_space(Task(reshape.task.workload, target))
+    assert {k.name for k in space.knobs} == {"rows", "vector", "unroll"}
     with pytest.raises(TemplateMismatch):
-        task_space(Task(reshape.task.workload, target))
+        task_space(Task(reshape.task.workload, target, "cuda.generic"))
 
 
 def test_builder_and_runner_verify_primfunc_tasks_against_the_reference(tasks, best):
@@ -161,7 +167,7 @@ def test_builder_and_runner_verify_primfunc_tasks_against_the_reference(tasks, b
 
 def test_build_with_configs_matches_torch_and_saves_and_loads(net, tasks, best, target, tmp_path):
     model, x, expected = net
-    compiled = build_model(model, target, best)
+    compiled = build_model(model, target, best, graph=NCHW)
     tuned_names = {name for t in tasks if t.key in best for name in t.functions}
     assert set(compiled.tuned) == tuned_names and len(tuned_names) == 4
     (got,) = compiled.run(x)
@@ -179,12 +185,16 @@ def test_build_with_configs_matches_torch_and_saves_and_loads(net, tasks, best, 
 
 
 def test_tuned_functions_are_the_scheduled_ones(net, tasks, best, target):
-    mod, tuned = scheduled_module(net[0], target, best)
-    plain = fused_module(net[0], target)
+    mod, tuned = scheduled_module(net[0], target, best, graph=NCHW)
+    plain = fused_module(net[0], target, NCHW)
+    names = {gv.name_hint for gv in mod.get_global_vars()}
     for name in tuned:
-        assert mod[name].attrs["tirx.is_scheduled"]
-        assert "global_symbol" not in mod[name].attrs
-        assert mod[name].script() != plain[name].script()  # tiled, parallel: not the default
+        # a schedule that packs its constant weight runs as "<name>_prepacked" on packed data
+        func = mod[name] if name in names else mod[name + "_prepacked"]
+        assert func.attrs["tirx.is_scheduled"]
+        assert "global_symbol" not in func.attrs
+        assert func.script() != plain[name].script()  # tiled, parallel: not the default
+    assert not any(n.endswith("_weight_prepack") for n in names)  # folded into constants
     untouched = [gv.name_hint for gv in mod.get_global_vars() if gv.name_hint not in tuned]
     assert "reshape" in untouched
 
@@ -203,12 +213,12 @@ def test_build_from_a_records_log_uses_each_tasks_best_record(net, tasks, best, 
         writer.append(MeasureInput(first.task, others[0]), MeasureResult((5e-4,), timestamp=2.0))
         writer.append(MeasureInput(first.task, others[1]),
                       MeasureResult((), ErrorKind.RUNTIME_ERROR, "boom", timestamp=3.0))
-    from_log, tuned = scheduled_module(model, target, log)
-    from_mapping, _ = scheduled_module(model, target, best)
+    from_log, tuned = scheduled_module(model, target, log, graph=NCHW)
+    from_mapping, _ = scheduled_module(model, target, best, graph=NCHW)
     assert set(tuned) == {name for t in tunable for name in t.functions}
     for name in first.functions:
         assert from_log[name].script() == from_mapping[name].script()
-    compiled = build_model(model, target, log)
+    compiled = build_model(model, target, log, graph=NCHW)
     np.testing.assert_allclose(compiled.run(x)[0], expected, rtol=1e-4, atol=1e-5)
 
 
@@ -218,8 +228,8 @@ def test_metaschedule_database_applies_our_schedules(net, tasks, best, target, t
     model, x, expected = net
     work_dir = write_metaschedule_db(tasks, best, tmp_path / "ms", costs={k: [2e-5] for k in best})
     tuned = {name for t in tasks if t.key in best for name in t.functions}
-    assert set(applied_functions(work_dir, model, target)) == tuned
-    compiled = compile_with_metaschedule(work_dir, model, target)
+    assert set(applied_functions(work_dir, model, target, NCHW)) == tuned
+    compiled = compile_with_metaschedule(work_dir, model, target, graph=NCHW)
     np.testing.assert_allclose(compiled.run(x)[0], expected, rtol=1e-4, atol=1e-5)
     lines = (work_dir / "database_tuning_record.json").read_text().splitlines()
     assert len(lines) == len(best)

@@ -71,12 +71,23 @@ def test_foreign_config_is_an_invalid_config_error():
         apply_config(task, Config(cfg), space)
 
 
-def test_template_refuses_functions_without_a_reduction():
+def test_functions_without_one_tiled_reduction_get_the_row_wise_space():
     from tvm import te
     from tvm.s_tir import Schedule
     from tensortune.space import SpaceBuilder, generic_cpu
 
-    a = te.placeholder((8,), name="a")
-    b = te.compute((8,), lambda i: a[i] + 1, name="b")
-    with pytest.raises(TemplateMismatch, match="reduction"):
-        generic_cpu(SpaceBuilder(), Schedule(te.create_prim_func([a, b])))
+    a = te.placeholder((8, 16), name="a")
+    b = te.compute((8, 16), lambda i, j: a[i, j] + 1, name="b")
+    builder = SpaceBuilder()
+    generic_cpu(builder, Schedule(te.create_prim_func([a, b])))
+    assert [k.name for k in builder.knobs] == ["rows", "vector", "unroll"]
+    assert builder.knobs[0].options == (2, 1)  # fuse both loops, or parallelize the rows only
+    # a softmax over a whole vector has no row to give each core: refused, by name
+    k1, k2 = te.reduce_axis((0, 16), "k1"), te.reduce_axis((0, 16), "k2")
+    v = te.placeholder((16,), name="v")
+    peak = te.compute((), lambda: te.max(v[k1], axis=k1), name="peak")
+    e = te.compute((16,), lambda i: te.exp(v[i] - peak()), name="e")
+    total = te.compute((), lambda: te.sum(e[k2], axis=k2), name="total")
+    out = te.compute((16,), lambda i: e[i] / total(), name="out")
+    with pytest.raises(TemplateMismatch, match="leading spatial axis"):
+        generic_cpu(SpaceBuilder(), Schedule(te.create_prim_func([v, out])))

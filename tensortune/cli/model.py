@@ -1,4 +1,4 @@
-"""Command line for whole models: ``tune-model``, ``evaluate``, ``runs``."""
+"""Command line for whole models: ``tune-model``, ``evaluate``, ``profile``, ``runs``."""
 from __future__ import annotations
 
 import dataclasses
@@ -21,20 +21,25 @@ def tune_model(
     scheduler: str = typer.Option("gradient", help="gradient | round-robin"),
     tuner: str = typer.Option("xgb", help="xgb | random | grid"),
     seed: int = typer.Option(0),
+    layout: str = typer.Option("nhwc", help="activation layout: nhwc (channels last) | nchw"),
+    winograd: bool = typer.Option(True, help="3x3 stride-1 convolutions as Winograd (nhwc)"),
     compare: bool = typer.Option(True, help="also time PyTorch eager and the untuned build"),
     as_json: bool = typer.Option(False, "--json", help="end with one JSON summary line on stdout"),
 ):
     """Tune a whole model, build it with the best schedules, save it, and compare."""
     from ..frontend import ModelImportError
     from ..session import Session, SessionError, task_label
+    from ..tasks.graph import GraphOptions
     from ..zoo import ZOO
 
     settings = dataclasses.replace(Settings.from_env(), seed=seed)
     try:
+        graph = GraphOptions(layout=layout, winograd=winograd)
         if model.endswith(".onnx"):
-            session = Session.from_onnx(model, settings=settings)
+            session = Session.from_onnx(model, settings=settings, graph=graph)
         elif model in ZOO:
-            session = Session.from_zoo(model, batch=batch, image_size=image_size, settings=settings)
+            session = Session.from_zoo(model, batch=batch, image_size=image_size, settings=settings,
+                                       graph=graph)
         else:
             raise ModelImportError(f"{model!r} is neither a .onnx file nor a zoo model "
                                    f"({', '.join(sorted(ZOO))})")
@@ -73,6 +78,7 @@ def tune_model(
     session.save()
     lat = session.evaluate()
     summary = {"run_id": session.run_id, "model": session.model.name, "tuned_ms": lat["median"],
+               "graph": session.spec["graph"],
                "tune_s": round(session.stages.get("tune", 0.0), 1), "tasks": len(tunable),
                "trials": result.trials, "torch_ms": None, "untuned_ms": None,
                "stages": {k: round(v, 2) for k, v in session.stages.items()}}
@@ -116,6 +122,46 @@ def evaluate(run: str = typer.Argument(..., help="run id (see `tensortune runs`)
         sys.stdout.write(json.dumps({"run_id": session.run_id, **lat}) + "\n")
 
 
+def profile(run: str = typer.Argument(..., help="run id (see `tensortune runs`) or directory"),
+            repeat: int = typer.Option(20, help="instrumented runs (medians are reported)"),
+            top: int = typer.Option(0, help="show only the N slowest functions (0: all)"),
+            as_json: bool = typer.Option(False, "--json")):
+    """Where a saved model's time goes: per fused function its time, share, GFLOP/s and
+    fraction of the FMA peak, and the runtime's overhead between kernels."""
+    from ..peers import fma_peak_gflops
+    from ..session import Session, SessionError
+
+    try:
+        session = Session.load(run)
+    except SessionError as err:
+        console.print(f"[red]error:[/red] {err}")
+        raise typer.Exit(2)
+    try:
+        peak = fma_peak_gflops(session.settings.measure.threads)
+    except Exception as err:  # no C compiler or OpenMP here: the peak column stays empty
+        console.print(f"[yellow]warning:[/yellow] no FMA peak ({err})")
+        peak = None
+    report = session.profile(repeat=repeat, peak_gflops=peak).to_json()
+    table = Table(title=f"{session.run_id}: {report['latency_ms']:.3f} ms, "
+                        f"{report['gflops']:.1f} GFLOP/s")
+    for col in ("function", "calls", "ms", "share", "GFLOP/s", "of peak", "tuned"):
+        table.add_column(col, justify="left" if col == "function" else "right")
+    functions = report["functions"][:top] if top else report["functions"]
+    for f in functions:
+        table.add_row(f["name"], str(f["calls"]), f"{f['ms']:.3f}", f"{100 * f['share']:.1f}%",
+                      f"{f['gflops']:.1f}",
+                      "-" if f["of_peak"] is None else f"{100 * f['of_peak']:.0f}%",
+                      "yes" if f["tuned"] else "no")
+    overhead = report["overhead_ms"]
+    table.add_row("(runtime between kernels)", "", f"{overhead:.3f}",
+                  f"{100 * overhead / report['latency_ms']:.1f}%", "", "", "")
+    console.print(table)
+    console.print(f"kernels {report['kernels_ms']:.3f} ms, VM builtins {report['builtins_ms']:.3f} "
+                  f"ms" + (f", FMA peak {peak:.0f} GFLOP/s" if peak else ""))
+    if as_json:
+        sys.stdout.write(json.dumps({"run_id": session.run_id, **report}) + "\n")
+
+
 def runs(as_json: bool = typer.Option(False, "--json")):
     """List the runs under the home directory, newest first."""
     from ..session import list_runs
@@ -138,4 +184,5 @@ def runs(as_json: bool = typer.Option(False, "--json")):
 def register(app: typer.Typer) -> None:
     app.command("tune-model")(tune_model)
     app.command("evaluate")(evaluate)
+    app.command("profile")(profile)
     app.command("runs")(runs)

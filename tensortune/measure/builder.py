@@ -32,12 +32,14 @@ def _space(task):
     return task_space(task)
 
 
-def _build_one(job: dict) -> tuple[str, str, str | None, float]:
-    """Worker side: ``(error kind, message, library path, seconds)`` for one candidate."""
+def _build_one(job: dict) -> tuple[str, str, str | None, float, dict | None]:
+    """Worker side: ``(error kind, message, library path, seconds, prepack)`` for one
+    candidate."""
     import tvm
 
     from ..space import Config, InvalidConfigError, apply_config
     from ..workload import Task, workload_from_dict
+    from .prepack import split_prepack
 
     start = time.perf_counter()
     t = job["task"]
@@ -45,14 +47,18 @@ def _build_one(job: dict) -> tuple[str, str, str | None, float]:
         task = Task(workload_from_dict(t["workload"]), t["target"], t["template"])
         sch = apply_config(task, Config.from_json(job["config"]), _space(task))
     except InvalidConfigError as err:
-        return ErrorKind.INVALID_CONFIG.value, str(err)[:300], None, time.perf_counter() - start
+        return (ErrorKind.INVALID_CONFIG.value, str(err)[:300], None, time.perf_counter() - start,
+                None)
     try:
-        executable = tvm.compile(sch.mod, target=task.tvm_target())
+        mod, prepack = split_prepack(sch.mod["main"], getattr(task.workload, "num_outputs", 1))
+        executable = tvm.compile(mod, target=task.tvm_target())
         path = os.path.join(job["dir"], f"{uuid.uuid4().hex}.so")
         executable.export_library(path)
     except Exception as err:  # TVM lowering/codegen errors and linker failures alike
-        return ErrorKind.COMPILE_ERROR.value, first_line(err), None, time.perf_counter() - start
-    return ErrorKind.NONE.value, "", path, time.perf_counter() - start
+        return (ErrorKind.COMPILE_ERROR.value, first_line(err), None, time.perf_counter() - start,
+                None)
+    return (ErrorKind.NONE.value, "", path, time.perf_counter() - start,
+            prepack.to_json() if prepack else None)
 
 
 class LocalBuilder:
@@ -92,5 +98,5 @@ def _to_result(reply, timeout_s: float) -> BuildResult:
             return BuildResult(None, timeout_s, ErrorKind.TIMEOUT, f"build exceeded {timeout_s:g} s")
         prefix = "build worker crashed: " if reply.kind == CRASHED else ""
         return BuildResult(None, 0.0, ErrorKind.COMPILE_ERROR, prefix + reply.message)
-    kind, message, path, seconds = reply
-    return BuildResult(path, seconds, ErrorKind(kind), message)
+    kind, message, path, seconds, prepack = reply
+    return BuildResult(path, seconds, ErrorKind(kind), message, prepack)

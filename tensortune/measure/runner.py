@@ -58,6 +58,8 @@ def _run_one(job: dict) -> tuple[str, tuple[float, ...], bool, str, float | None
     dev = tvm.cpu()
     fn = tvm.runtime.load_module(job["path"])
     args = [tvm.runtime.tensor(x, dev) for x in inputs]
+    if job.get("prepack"):
+        args = _prepacked(fn, args, job["prepack"], dev)
     out = tvm.runtime.tensor(np.zeros(out_shape, workload.dtype), dev)
     for _ in range(job["warmup"]):
         fn["main"](*args, out)
@@ -77,6 +79,21 @@ def _run_one(job: dict) -> tuple[str, tuple[float, ...], bool, str, float | None
         return (ErrorKind.WRONG_RESULT.value, costs, False,
                 f"max abs error {error:.3g} vs reference", busy)
     return ErrorKind.NONE.value, costs, True, "", busy
+
+
+def _prepacked(fn, args: list, prepack: dict, dev) -> list:
+    """``args`` with the constant weights that the library packs ahead replaced by their packed
+    copies (``measure.prepack``: done once, like a model's compile-time packing, not timed)."""
+    import numpy as np
+    import tvm
+
+    packed = [tvm.runtime.tensor(np.zeros(shape, dtype), dev)
+              for shape, dtype in zip(prepack["shapes"], prepack["dtypes"])]
+    fn["prepack"](*[args[i] for i in prepack["inputs"]], *packed)
+    args = list(args)
+    for i, tensor in zip(prepack["inputs"], packed):
+        args[i] = tensor
+    return args
 
 
 def _cpu_clocks() -> tuple[float, float, float] | None:
@@ -135,6 +152,7 @@ class LocalRunner:
                                              build_s=build.build_s, timestamp=time.time()))
                 continue
             job = {"path": build.path, "workload": inp.task.workload.to_dict(), "seed": self.seed,
+                   "prepack": build.prepack,
                    "warmup": s.warmup, "number": s.number, "repeat": s.repeat,
                    "min_repeat_ms": s.min_repeat_ms, "verify": bool(check), "rtol": s.rtol,
                    "atol": s.atol}

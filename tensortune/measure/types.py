@@ -27,12 +27,17 @@ class MeasureInput:
 
 @dataclass(frozen=True)
 class BuildResult:
-    """A compiled candidate (``path`` to a shared library) or the error that prevented it."""
+    """A compiled candidate (``path`` to a shared library) or the error that prevented it.
+
+    ``prepack`` (a ``measure.prepack.Prepack`` as JSON) says the library also holds a
+    ``prepack`` function to run once on its constant weights before ``main`` is timed.
+    """
 
     path: str | None
     build_s: float
     error: ErrorKind = ErrorKind.NONE
     message: str = ""
+    prepack: dict | None = None
 
 
 @dataclass(frozen=True)

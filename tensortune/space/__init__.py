@@ -6,10 +6,13 @@ from .analysis import TemplateMismatch
 from .cpu_template import generic_cpu
 from .cuda_template import cuda_generic
 from .knobs import ChoiceKnob, SplitKnob
+from .seeds import cpu_seeds
 from .space import ConfigSpace, InvalidConfigError
 from .template import ConfigSource, SpaceBuilder, apply_template, define_space
 
 TEMPLATES = {"cpu.generic": generic_cpu, "cuda.generic": cuda_generic}
+# templates that know good starting points: ``(space, prim_func, lanes, threads) -> configs``
+SEEDS = {"cpu.generic": cpu_seeds}
 
 
 def _template(name: str):
@@ -32,6 +35,18 @@ def task_space(task) -> ConfigSpace:
     return define_space(_template(task.template), task.workload.prim_func())
 
 
+def task_seeds(task, space: ConfigSpace | None = None, limit: int = 12) -> list[Config]:
+    """Configs the task's template would try first (``seeds``); empty for a template without."""
+    seeds = SEEDS.get(task.template)
+    if seeds is None:
+        return []
+    from ..workload import vector_lanes
+
+    threads = int(task.target.get("num-cores", 1)) if isinstance(task.target, dict) else 1
+    return seeds(space or task_space(task), task.workload.prim_func(),
+                 lanes=vector_lanes(task.target), threads=threads, limit=limit)
+
+
 def apply_config(task, config: Config, space: ConfigSpace | None = None):
     """The scheduled ``tvm.s_tir.Schedule`` of ``task`` for ``config``."""
     space = space or task_space(task)
@@ -40,4 +55,4 @@ def apply_config(task, config: Config, space: ConfigSpace | None = None):
 
 __all__ = ["Config", "ConfigSpace", "SplitKnob", "ChoiceKnob", "InvalidConfigError",
            "TemplateMismatch", "SpaceBuilder", "ConfigSource", "TEMPLATES", "task_space",
-           "apply_config", "generic_cpu"]
+           "apply_config", "generic_cpu", "task_seeds", "SEEDS"]

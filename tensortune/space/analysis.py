@@ -17,6 +17,23 @@ class MainBlockInfo:
     reduce: tuple[tuple[str, int], ...]
     # for each input buffer of the main block: per dimension, the iter-var names it uses
     reads: tuple[tuple[str, tuple[frozenset, ...], bool], ...]
+    # parameters marked ``layout_free_buffers`` (constant weights of a model): a copy of one
+    # into another layout can be made once, at compile time
+    layout_free: frozenset = frozenset()
+
+
+def is_tiled(sch) -> bool:
+    """Whether ``cpu_template``'s tiling applies: exactly one reduction block, writing one
+    buffer, whose consumers form a single chain (a convolution, a matmul, pooling). The rest
+    (elementwise copies, softmax, layer norm) is ``cpu_rowwise``'s."""
+    blocks = list(sch.get_child_blocks(sch.get_sblock("root")))
+    reductions = [b for b in blocks if any(int(iv.iter_type) == 2 for iv in sch.get(b).iter_vars)]
+    if len(reductions) != 1 or len(sch.get(reductions[0]).writes) != 1:
+        return False
+    consumers = list(sch.get_consumers(reductions[0]))
+    while len(consumers) == 1:
+        consumers = list(sch.get_consumers(consumers[0]))
+    return not consumers
 
 
 def analyze(sch) -> MainBlockInfo:
@@ -34,6 +51,8 @@ def analyze(sch) -> MainBlockInfo:
     if len(reductions) != 1:
         raise TemplateMismatch(f"the function needs exactly one reduction block, found {len(reductions)}")
     block = reductions[0]
+    if not any(int(iv.iter_type) == 0 for iv in block.iter_vars):
+        raise TemplateMismatch(f"block {block.name_hint} reduces to a scalar: no axis to tile")
     spatial, reduce = [], []
     for iv in block.iter_vars:
         if iv.iter_type not in (0, 2):
@@ -46,7 +65,17 @@ def analyze(sch) -> MainBlockInfo:
             continue
         dims = tuple(frozenset(v.name for v in undefined_vars(r.min)) for r in region.region)
         reads.append((buf.name, dims, buf.name in params))
-    return MainBlockInfo(block.name_hint, tuple(spatial), tuple(reduce), tuple(reads))
+    return MainBlockInfo(block.name_hint, tuple(spatial), tuple(reduce), tuple(reads),
+                         layout_free_params(func))
+
+
+def layout_free_params(func) -> frozenset:
+    """Names of the buffer parameters of ``func`` listed in its ``layout_free_buffers``."""
+    attrs = func.attrs
+    if attrs is None or "layout_free_buffers" not in attrs:
+        return frozenset()
+    # TVM 0.27's PrimFunc parameters are the buffers themselves
+    return frozenset(func.params[int(i)].name for i in attrs["layout_free_buffers"])
 
 
 def short_name(name: str) -> str:

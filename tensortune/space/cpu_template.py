@@ -10,7 +10,8 @@ operands (copied per tile, the vectorized dimension moved innermost), and an unr
 """
 from __future__ import annotations
 
-from .analysis import TemplateMismatch, analyze, short_name
+from .analysis import TemplateMismatch, analyze, is_tiled, short_name
+from .cpu_rowwise import rowwise_cpu
 from .space import InvalidConfigError
 
 VECTOR_MAX = 64  # lanes of one vectorized inner loop (LLVM splits into zmm registers)
@@ -18,12 +19,16 @@ REGISTER_TILE_MAX = 512  # elements of the unrolled S3 tile; beyond this only sp
 UNROLL_STEPS = (0, 16, 64, 512)
 OUTER_MODES = ("S1/1", "S0/1", "S1/2")  # write-back level / number of fused parallel levels
 PACK_LEVELS = ("none", "root", "S1", "R0")  # where an input operand is copied into panel layout
+PREPACK_ANNOTATION = "meta_schedule.layout_rewrite_preproc"  # what TVM's split pass looks for
 
 
 def generic_cpu(cfg, sch):
-    """Define (with a ``SpaceBuilder``) or apply (with a ``ConfigSource``) the CPU space."""
+    """Define (with a ``SpaceBuilder``) or apply (with a ``ConfigSource``) the CPU space: the
+    tiling below for one reduction, ``cpu_rowwise`` for everything else."""
     from tvm.tirx import IndexMap
 
+    if not is_tiled(sch):
+        return rowwise_cpu(cfg, sch)
     info = analyze(sch)
     main = sch.get_sblock(info.name)
     producers = list(sch.get_producers(main))
@@ -89,7 +94,8 @@ def generic_cpu(cfg, sch):
         where = packs.get(name, "none")
         if where == "none" or (where == "R0" and not n_r):
             continue
-        _pack(sch, main, name, dims, None if where == "root" else level[where], s3_axes, s3_tiles)
+        _pack(sch, main, name, dims, None if where == "root" else level[where], s3_axes, s3_tiles,
+              prepack=where == "root" and name in info.layout_free)
 
     # -- parallel, unroll, vectorize -------------------------------------------------------------
     fuse = [s[0] for s in s_loops] + ([s[1] for s in s_loops] if parallel_levels == "2" else [])
@@ -116,14 +122,20 @@ def generic_cpu(cfg, sch):
     return sch
 
 
-def _pack(sch, main, name, dims, loop, s3_axes, s3_tiles) -> None:
+def _pack(sch, main, name, dims, loop, s3_axes, s3_tiles, prepack: bool = False) -> None:
     """Copy operand ``name`` (whole at root, or the tile's region under ``loop``) into a panel
     layout: the dimension of the innermost register-tile axis it is indexed by is split by that
-    tile and its remainder made innermost, so the micro-kernel streams the copy contiguously."""
+    tile and its remainder made innermost, so the micro-kernel streams the copy contiguously.
+
+    ``prepack`` (a whole copy of a constant weight) marks the copy as MetaSchedule's layout
+    rewrite: it is split off the function and run once at compile time (``measure.prepack``
+    when timing a candidate, ``SplitLayoutRewritePreproc`` and ``FoldConstant`` in a model)."""
     from tvm.tirx import IndexMap
 
     read_index = [r.source.name for r in sch.get(main).reads].index(name)
     packed = sch.cache_read(main, read_index, "global")
+    if prepack:
+        sch.annotate(packed, PREPACK_ANNOTATION, True)
     if loop is not None:
         sch.compute_at(packed, loop, preserve_unit_loops=True)
     ndim = len(dims)

@@ -7,7 +7,8 @@ export of those configs as a MetaSchedule database.
     compiled = build_model(model, target, "log.jsonl")  # or {task key: Config}
     compiled.run(x_numpy); compiled.time(); compiled.save("out/")
 """
-from .compile import CompiledModel, TimingStats, build_model, scheduled_module
+from .compile import build_model, scheduled_module
+from .compiled import CompiledModel, TimingStats
 from .extract import (TuneTask, extract_tasks, fuse, fused_calls, fused_module, list_untunable,
                       prepare)
 from .msdb import applied_functions, compile_with_metaschedule, write_metaschedule_db

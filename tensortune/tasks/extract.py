@@ -3,10 +3,14 @@
 The pipeline is split in two so that the MetaSchedule route can share it:
 
 - ``prepare``: inference-only graph rewrites on Relax (batch-norm folded into the preceding
-  convolution's weights and bias, the remaining composite ops decomposed, constants folded);
+  convolution's weights and bias, the remaining composite ops decomposed, constants folded)
+  and the whole-model rewrites of ``graph.GraphOptions`` (NHWC activations and HWIO weights,
+  Winograd for 3x3 convolutions);
 - ``fuse``: TVM's own CPU legalization (``LegalizeOps``, ``AnnotateTIROpPattern``,
   ``FoldConstant``, ``FuseOps``, ``FuseTIR``), exactly the passes that ``tvm.compile`` and
-  MetaSchedule's ``compile_relax`` run, so they rebuild the very PrimFuncs extracted here.
+  MetaSchedule's ``compile_relax`` run, so they rebuild the very PrimFuncs extracted here; then
+  each function's constant (weight) parameters are marked ``layout_free_buffers``, which lets a
+  schedule pack them once at compile time instead of on every call.
 """
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ from ..frontend import Model
 from ..space import InvalidConfigError, task_space
 from ..workload import PrimFuncWorkload, Task, WorkloadError
 from .batchnorm import fold_batch_norm_pass
+from .graph import GraphOptions
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,13 +61,14 @@ class TuneTask:
         return f"{self.task.workload.describe()} x{self.weight} [{state}: {self.reason}]"
 
 
-def prepare(mod):
+def prepare(mod, graph=None):
     """Inference rewrites before legalization: fold batch-norm into convolutions, decompose
-    what is left of it (and other composite ops), fold constants."""
+    what is left of it (and other composite ops), fold constants, then the whole-model
+    rewrites of ``graph`` (``GraphOptions.of``: layout, Winograd)."""
     import tvm
     from tvm import relax
 
-    return tvm.transform.Sequential([
+    mod = tvm.transform.Sequential([
         # needs constant weights: the importers bind them, so every conv + BN pair of a torch
         # or ONNX CNN is caught; a BN elsewhere is decomposed into elementwise ops below
         fold_batch_norm_pass(),
@@ -70,10 +76,13 @@ def prepare(mod):
         relax.transform.CanonicalizeBindings(),
         relax.transform.FoldConstant(),
     ])(mod)
+    return GraphOptions.of(graph).rewrite(mod)
 
 
-def fuse(mod, target: dict):
-    """Legalize a prepared module into TIR and fuse it: TVM's CPU pipeline up to ``FuseTIR``."""
+def fuse(mod, target: dict, layout_free: bool = True):
+    """Legalize a prepared module into TIR and fuse it: TVM's CPU pipeline up to ``FuseTIR``;
+    ``layout_free`` then marks the functions' constant parameters (MetaSchedule's
+    ``compile_relax`` does not, so its lookups need ``False``)."""
     import tvm
     from tvm.relax import pipeline
 
@@ -81,13 +90,40 @@ def fuse(mod, target: dict):
     # opt_level 3 as in MetaSchedule's compile_relax: FuseOps reads the level from the context,
     # and the functions must come out the same for a MetaSchedule database to match them
     with tgt, tvm.transform.PassContext(opt_level=3):
-        return tvm.transform.Sequential(pipeline.library_dispatch_passes(tgt)
-                                        + pipeline.legalize_passes(tgt))(mod)
+        fused = tvm.transform.Sequential(
+            pipeline.library_dispatch_passes(tgt) + pipeline.legalize_passes(tgt))(mod)
+    return mark_layout_free(fused) if layout_free else fused
 
 
-def fused_module(model: Model, target: dict):
-    """``fuse(prepare(model.mod), target)``: the module whose PrimFuncs are the tasks."""
-    return fuse(prepare(model.mod), target)
+def mark_layout_free(mod):
+    """Set ``layout_free_buffers`` on every PrimFunc to the parameters that are constants at
+    all its call sites (TVM's ``AttachAttrLayoutFreeBuffers`` does the same but renames the
+    functions, which would no longer match MetaSchedule's and the records' names)."""
+    from tvm import relax
+    from tvm.ir import GenericConst, Op
+
+    call_tir = Op.get("relax.call_tir")
+    constant: dict = {}
+
+    def visit(expr):
+        if isinstance(expr, relax.Call) and expr.op.same_as(call_tir):
+            args = expr.args[1].fields if isinstance(expr.args[1], relax.Tuple) else [expr.args[1]]
+            here = {i for i, a in enumerate(args) if isinstance(a, GenericConst)}
+            name = expr.args[0].name_hint
+            constant[name] = constant[name] & here if name in constant else here
+
+    for _, func in mod.functions.items():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func.body, visit)
+    for name, indices in constant.items():
+        gv = mod.get_global_var(name)
+        mod[gv] = mod[gv].with_attr("layout_free_buffers", sorted(indices))
+    return mod
+
+
+def fused_module(model: Model, target: dict, graph=None):
+    """``fuse(prepare(model.mod, graph), target)``: the module whose PrimFuncs are the tasks."""
+    return fuse(prepare(model.mod, graph), target)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,7 +167,8 @@ def workload_of(call: FusedCall) -> PrimFuncWorkload:
     return PrimFuncWorkload.from_prim_func(call.func, call.name, max(call.num_outputs, 1))
 
 
-def extract_tasks(model: Model, target: dict, template: str = "cpu.generic") -> list[TuneTask]:
+def extract_tasks(model: Model, target: dict, template: str = "cpu.generic",
+                  graph=None) -> list[TuneTask]:
     """The distinct fused functions of ``model`` as tasks, in order of first use.
 
     Structurally equal functions (names aside) are one task whose weight is their total call
@@ -139,7 +176,7 @@ def extract_tasks(model: Model, target: dict, template: str = "cpu.generic") -> 
     ``tunable=False`` and keep TVM's default lowering when the model is built.
     """
     groups: dict[str, list] = {}
-    for call in fused_calls(fused_module(model, target)):
+    for call in fused_calls(fused_module(model, target, graph)):
         workload = workload_of(call)
         group = groups.setdefault(workload.key, [workload, 0, [], call])
         group[1] += call.calls
@@ -153,8 +190,13 @@ def extract_tasks(model: Model, target: dict, template: str = "cpu.generic") -> 
 
 
 def _tunability(task: Task, call: FusedCall) -> tuple[bool, str]:
+    from tvm.relax.analysis import has_reshape_pattern
+
     if call.symbolic_args:
         return False, "called with symbolic shape arguments"
+    if has_reshape_pattern(call.func):
+        # RewriteDataflowReshape turns the call into a view of its input: no kernel runs
+        return False, "a reshape: the VM runs it as a view of its input, no kernel"
     if call.num_outputs != 1:
         return False, f"{call.num_outputs} outputs (templates handle one)"
     try:

@@ -6,8 +6,9 @@ the CPU dispatch and legalization passes (``LegalizeOps`` ... ``FuseOps``, ``Fus
 as ``IRModule({"main": func + global_symbol "main" + tirx.noalias})`` (MetaSchedule's
 ``normalize_mod``) and looks it up by structural equality. So:
 
-- ``mod`` must be ``prepare(model.mod)``, the module that ``extract.fuse`` starts from, and
-  the PrimFuncs it yields are exactly the tasks' functions;
+- ``mod`` must be ``prepare(model.mod, graph)``, the module that ``extract.fuse`` starts
+  from, and the PrimFuncs it yields are the tasks' functions less their ``layout_free_buffers``
+  mark (so a weight packed at the root is packed on every call there, not folded);
 - each record's workload is the task's function normalized the same way, and its trace the
   ``Schedule.trace`` of ``apply_config``, replayed by MetaSchedule on that workload.
 """
@@ -32,6 +33,8 @@ def workload_module(task: TuneTask):
     import tvm
 
     func = task.task.workload.prim_func().with_attr("tirx.noalias", True)
+    if "layout_free_buffers" in func.attrs:
+        func = func.without_attr("layout_free_buffers")
     return tvm.IRModule({"main": func})
 
 
@@ -75,7 +78,8 @@ def write_metaschedule_db(tasks: Iterable[TuneTask], best: Best, work_dir: str |
     return out
 
 
-def applied_functions(work_dir: str | os.PathLike, model: Model, target: dict) -> tuple[str, ...]:
+def applied_functions(work_dir: str | os.PathLike, model: Model, target: dict,
+                      graph=None) -> tuple[str, ...]:
     """The fused functions of ``model`` for which the database in ``work_dir`` has a schedule,
     found the way ``compile_relax`` finds them."""
     import tvm
@@ -84,7 +88,7 @@ def applied_functions(work_dir: str | os.PathLike, model: Model, target: dict) -
 
     db = ms.database.JSONDatabase(work_dir=str(work_dir), allow_missing=False)
     tgt = tvm.target.Target(target)
-    fused = fuse(prepare(model.mod), target)
+    fused = fuse(prepare(model.mod, graph), target, layout_free=False)
     with tgt, db, tvm.transform.PassContext(opt_level=3):
         applied = relax.transform.MetaScheduleApplyDatabase()(fused)
     return tuple(gv.name_hint for gv, f in applied.functions.items()
@@ -93,7 +97,8 @@ def applied_functions(work_dir: str | os.PathLike, model: Model, target: dict) -
 
 
 def compile_with_metaschedule(work_dir: str | os.PathLike, model: Model, target: dict,
-                              threads: int | None = None) -> CompiledModel:
+                              threads: int | None = None,
+                              graph=None) -> CompiledModel:
     """Compile ``model`` through MetaSchedule's ``compile_relax`` with the database in
     ``work_dir`` (the route that does not use tensortune at build time)."""
     import tvm
@@ -103,7 +108,8 @@ def compile_with_metaschedule(work_dir: str | os.PathLike, model: Model, target:
 
     use_threads(threads or os.cpu_count() or 1)
     db = ms.database.JSONDatabase(work_dir=str(work_dir), allow_missing=False)
-    executable = ms.relax_integration.compile_relax(db, prepare(model.mod),
+    executable = ms.relax_integration.compile_relax(db, prepare(model.mod, graph),
                                                     tvm.target.Target(target), params=None)
     return CompiledModel(executable, model.inputs, model.outputs,
-                         applied_functions(work_dir, model, target), model.name, dict(target))
+                         applied_functions(work_dir, model, target, graph), model.name,
+                         dict(target))

@@ -8,7 +8,7 @@ from ..measure import LocalBuilder, LocalRunner
 from ..measure.types import MeasureInput, MeasureResult
 from ..records import RecordWriter, load_records, records_for
 from ..settings import Settings
-from ..space import task_space
+from ..space import task_seeds, task_space
 from ..workload import Task, missing_host_features
 from .evaluator import Evaluator
 from .loop import TuneLoop, TuneResult
@@ -35,7 +35,7 @@ def fresh_model(tuner: str, extractor, seed: int = 0, objective: str = "rank"):
 
 def make_loop(tuner: str, space, settings: Settings, features: str = "knob",
               objective: str = "rank", search: str = "sa", model=None,
-              prescreen: str | None = None) -> TuneLoop:
+              prescreen: str | None = None, seeds=()) -> TuneLoop:
     """A ``TuneLoop`` for a tuner name: ``xgb`` (XGBoost), ``gtuner`` (graph attention network)
     or ``ensemble`` (both) guiding ``search`` (``sa`` annealing or ``ga`` genetic), or
     model-free ``random`` / ``grid``.
@@ -43,7 +43,9 @@ def make_loop(tuner: str, space, settings: Settings, features: str = "knob",
     ``model`` replaces the tuner's fresh cost model, e.g. one pretrained on other tasks.
     ``prescreen`` (cheap features, e.g. ``itervar``) makes the search walk on XGBoost over those
     features and the model pick each batch from its shortlist (``cost_model.Prescreened``): the
-    way to tune with features that compile every candidate (``hardware``).
+    way to tune with features that compile every candidate (``hardware``). ``seeds`` (the
+    template's starting points, ``space.task_seeds``) are measured first by the model-guided
+    tuners; ``random`` and ``grid`` stay the plain baselines they are.
     """
     from ..features import make_extractor
     from ..search import STRATEGIES
@@ -58,7 +60,8 @@ def make_loop(tuner: str, space, settings: Settings, features: str = "knob",
 
             cheap = fresh_model("xgb", make_extractor(prescreen), settings.seed, objective)
             model = Prescreened(cheap, model)
-        return TuneLoop(space, STRATEGIES[search], model, settings.search, settings.seed)
+        return TuneLoop(space, STRATEGIES[search], model, settings.search, settings.seed,
+                        seeds=seeds)
     if tuner in ("random", "grid"):
         if prescreen:
             raise ValueError(f"prescreen needs a model-guided tuner ({', '.join(MODEL_TUNERS)}), "
@@ -88,8 +91,9 @@ def tune_task(task: Task, trials: int, tuner: str = "xgb", log: str | Path | Non
                          f"compiles to {', '.join(missing)}, which this CPU lacks; tune for "
                          "default_target() or on a machine that has them")
     space = task_space(task)
+    seeds = task_seeds(task, space) if settings.search.seeds else ()
     loop = make_loop(tuner, space, settings, features, search=search, model=model,
-                     prescreen=prescreen)
+                     prescreen=prescreen, seeds=seeds)
     history = []
     if log is not None and resume and Path(log).exists():
         for rec in records_for(load_records(log, on_corrupt=on_corrupt), task):

@@ -1,6 +1,7 @@
 """The tuning loop: propose a batch, measure it through the evaluator, refit the model, repeat."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -34,12 +35,15 @@ class TuneLoop:
     """
 
     def __init__(self, space: ConfigSpace, propose, model=None,
-                 settings: SearchSettings = SearchSettings(), seed: int = 0):
+                 settings: SearchSettings = SearchSettings(), seed: int = 0,
+                 seeds: Sequence[Config] = ()):
         self.space = space
         self.propose = propose
         self.model = model
         self.settings = settings
         self.rng = np.random.default_rng(seed)
+        # the template's starting points (``space.task_seeds``): measured before anything else
+        self.seeds = [c for c in seeds if c in space]
         self._stalled_rounds = 0
         self._fitted_on = -1
         self.exhausted = False
@@ -52,13 +56,20 @@ class TuneLoop:
         if n <= 0 or self.exhausted:
             return 0
         exclude = evaluator.measured
+        first = [c for c in self.seeds if c not in exclude][:n]
+        self.seeds = self.seeds[len(first):] if first else []
+        exclude = exclude | set(first)
+        rest = n - len(first)
         # cold start: explore, unless the model was trained before (pretrained on other tasks)
-        if self.model is not None and not self._model_ready(evaluator) and not getattr(
+        if rest <= 0:
+            batch = []
+        elif self.model is not None and not self._model_ready(evaluator) and not getattr(
                 self.model, "trained", False):
-            batch = self.space.sample_many(n, self.rng, exclude)
+            batch = self.space.sample_many(rest, self.rng, exclude)
         else:
-            batch = self.propose(self.space, self.model, evaluator.task, n, exclude, self.rng,
+            batch = self.propose(self.space, self.model, evaluator.task, rest, exclude, self.rng,
                                  self.settings, seeds=evaluator.top(8))
+        batch = first + list(batch)
         before = evaluator.trials
         measured = evaluator.evaluate(batch)
         charged = evaluator.trials - before

@@ -65,6 +65,18 @@ def missing_host_features(target: dict, cpuinfo: str | None = None) -> list[str]
             if flag not in flags and codegen.target_has_features(name, tgt)]
 
 
+def vector_lanes(target: dict) -> int:
+    """float32 lanes of the widest vector an LLVM x86 ``target`` compiles to: 16 with
+    AVX-512, 8 with AVX2 (and for a target without an ``mcpu``)."""
+    if target.get("kind") != "llvm" or not target.get("mcpu"):
+        return 8
+    import tvm
+    from tvm.target import codegen
+
+    tgt = tvm.target.Target({"kind": "llvm", "mcpu": target["mcpu"]})
+    return 16 if codegen.target_has_features("avx512f", tgt) else 8
+
+
 def target_key(target: dict) -> str:
     return json.dumps(target, sort_keys=True, separators=(",", ":"))
 

@@ -1,0 +1,168 @@
+"""Seed configs: what an expert would try first in ``cpu.generic``'s space.
+
+A tuner with a few dozen trials per task (a model's budget shared by its tasks) cannot find a
+register tile by random sampling: most of the space spills, streams a weight the wrong way or
+leaves a core idle. These seeds encode the oneDNN / BLIS recipe for one reduction block:
+
+- vectorize the output's innermost axis (channels in NHWC, columns in a matmul) with a register
+  tile of ``V`` = 1-4 vectors, and unroll a second spatial axis by ``U`` so that ``U x V/lanes``
+  accumulators fill the vector registers but two;
+- stream the innermost reduction (input channels, ``k``) inside the tile, the other reduction
+  axes (the kernel window) outside it;
+- give the next level (``S2``) a cache block of the output (up to 64 channels by 64 positions),
+  and the parallel level every remaining outer iteration, so both cores get many chunks;
+- pack constant weights into the tile's panel layout once (``pack_* = root``) and inline
+  padding.
+
+A handful of variants (vector width, accumulator rows, reduction blocking, unroll, padding)
+make the first batch; the cost model and the search refine from there. Every seed is checked
+against the space, so a shape the recipe does not fit just yields fewer seeds.
+"""
+from __future__ import annotations
+
+from .analysis import analyze, is_tiled, short_name
+from .config import Config
+from .space import ConfigSpace
+
+ACCUMULATOR_TILE_MAX = 4096  # floats of the S2 x S3 output block, kept in L1 across R0
+
+
+def vector_registers(lanes: int) -> int:
+    """Architectural vector registers: 32 zmm with AVX-512, 16 ymm with AVX2."""
+    return 32 if lanes >= 16 else 16
+
+
+def cpu_seeds(space: ConfigSpace, prim_func, lanes: int = 8, threads: int = 2,
+              limit: int = 12) -> list[Config]:
+    """Up to ``limit`` distinct configs of ``space`` (``cpu.generic`` on ``prim_func``) built by
+    the recipe above for ``lanes``-wide float vectors and ``threads`` cores: first one per
+    register-tile shape, then variants of those."""
+    from tvm.s_tir import Schedule
+
+    sch = Schedule(prim_func)
+    if not is_tiled(sch):
+        return _rowwise_seeds(space, lanes)[:limit]
+    info = analyze(sch)
+    knobs = {k.name: k for k in space.knobs}
+    spatial = [(short_name(n), e) for n, e in info.spatial]
+    reduce = [(short_name(n), e) for n, e in info.reduce]
+    movable = [n for n, e in spatial if e > 1]
+    if not movable:
+        return []
+    vec = movable[-1]  # the output's innermost axis: contiguous in memory
+    rows = movable[-2] if len(movable) > 1 else None
+    ext = dict(spatial)
+    regs = vector_registers(lanes)
+    tiles = []  # (V, U): register tiles, the fullest first
+    for v_tile in _vector_tiles(ext[vec], lanes):
+        vecs = -(-v_tile // lanes)
+        # two W vectors and a broadcast stay in registers at regs - 4 accumulators; regs - 2
+        # still pays when it is the only way to more than a few rows (a 7x7 layer)
+        for most in (regs - 4, regs - 2):
+            for u_tile in _row_tiles(ext[rows], max(1, most // vecs)) if rows else [1]:
+                if (v_tile, u_tile) not in tiles:
+                    tiles.append((v_tile, u_tile))
+    # the kernel window (every reduction but the innermost) streams inside the register tile
+    # when the innermost reduction is trivial (depthwise), outside it otherwise
+    window_inside = not reduce or reduce[-1][1] == 1
+    base = {"r_block": 512, "unroll": 16, "inline": True, "window_inside": window_inside}
+    variants = [{}, {"window_inside": not window_inside}, {"r_block": 128}, {"inline": False},
+                {"unroll": 64}]
+    out: dict[Config, None] = {}
+    for change in variants:
+        for v_tile, u_tile in tiles:
+            opts = {**base, **change}
+            values = _config(spatial, reduce, vec, rows, v_tile, u_tile, opts["r_block"],
+                             opts["window_inside"], threads)
+            values.update(_choices(knobs, info, vec, opts["unroll"], opts["inline"]))
+            config = Config(values)
+            if config in space:
+                out[config] = None
+            if len(out) >= limit:
+                return list(out)
+    return list(out)
+
+
+def _vector_tiles(extent: int, lanes: int) -> list[int]:
+    """Register-tile widths for the vectorized axis: 2, 1, 3 or 4 whole vectors that divide
+    it, else its largest divisor up to two vectors."""
+    whole = [m * lanes for m in (2, 1, 3, 4) if extent % (m * lanes) == 0]
+    if whole:
+        return whole[:2]
+    return [max(d for d in range(1, min(extent, 2 * lanes) + 1) if extent % d == 0)]
+
+
+def _row_tiles(extent: int, most: int) -> list[int]:
+    """Unrolled rows: the largest divisor of ``extent`` up to ``most``, and a smaller one."""
+    divisors = [d for d in range(1, min(extent, most) + 1) if extent % d == 0]
+    best = divisors[-1]
+    smaller = [d for d in divisors if d <= best // 2 and d >= 2]
+    return [best] + smaller[-1:]
+
+
+def _largest_divisor(extent: int, most: int) -> int:
+    return max(d for d in range(1, max(1, min(extent, most)) + 1) if extent % d == 0)
+
+
+def _config(spatial, reduce, vec, rows, v_tile, u_tile, r_block, window_inside,
+            threads) -> dict:
+    """Split factors: S3 the register tile, S2 an L1 block of the output, S0 the rest (the
+    parallel loop), S1 whatever keeps S0 from having fewer chunks than useful."""
+    values = {}
+    inner = {vec: v_tile}
+    if rows:
+        inner[rows] = u_tile
+    block = {}
+    for name in (vec, rows):
+        if name is None:
+            continue
+        extent = dict(spatial)[name]
+        block[name] = _largest_divisor(extent // inner[name], max(1, 64 // inner[name]))
+    while rows and block[vec] * inner[vec] * block[rows] * inner[rows] > ACCUMULATOR_TILE_MAX:
+        block[rows] = _largest_divisor(block[rows], block[rows] - 1)
+    outer = {n: e // (inner.get(n, 1) * block.get(n, 1)) for n, e in spatial}
+    chunks = 1
+    for e in outer.values():
+        chunks *= e
+    # too few parallel chunks (a late, small layer): move the row block out to S0
+    if rows and chunks < 4 * threads and block[rows] > 1:
+        moved = block[rows]
+        outer[rows] *= moved
+        block[rows] = 1
+        chunks *= moved
+    for name, extent in spatial:
+        values[f"tile_{name}"] = (outer[name], 1, block.get(name, 1), inner.get(name, 1))
+    innermost = reduce[-1][0] if reduce else None
+    for name, extent in reduce:
+        if name == innermost:
+            r1 = _largest_divisor(extent, r_block)
+            values[f"tile_{name}"] = (extent // r1, r1)
+        else:  # the kernel window
+            values[f"tile_{name}"] = (1, extent) if window_inside else (extent, 1)
+    return values
+
+
+def _choices(knobs, info, vec, unroll, inline) -> dict:
+    values = {"vector_axis": vec, "outer": "S1/1", "unroll": unroll}
+    if "producer_at" in knobs:
+        values["producer_at"] = "inline" if inline else "root"
+    for name, _, is_param in info.reads:
+        if is_param and f"pack_{name}" in knobs:
+            values[f"pack_{name}"] = "root" if name in info.layout_free else "none"
+    return values
+
+
+def _rowwise_seeds(space: ConfigSpace, lanes: int) -> list[Config]:
+    """``cpu_rowwise``: producers inlined, the most leading loops parallel (then one fewer),
+    one or two vectors per inner step."""
+    knobs = {k.name: k for k in space.knobs}
+    out: dict[Config, None] = {}
+    for rows in knobs["rows"].options[:2]:
+        for vector in (lanes, 2 * lanes):
+            values = {"rows": rows, "vector": vector, "unroll": 16}
+            if "inline" in knobs:
+                values["inline"] = True
+            config = Config(values)
+            if config in space:
+                out[config] = None
+    return list(out)

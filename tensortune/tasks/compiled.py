@@ -1,0 +1,172 @@
+"""A compiled model on the CPU: run it on numpy inputs, time it, save and load it."""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import shutil
+import statistics
+from pathlib import Path
+
+import numpy as np
+
+from ..frontend import TensorInfo
+from ..frontend.model import random_inputs
+from ..measure import use_threads
+
+LIBRARY = "model.so"
+METADATA = "model.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class TimingStats:
+    """Seconds per model run, one entry per repeat."""
+
+    costs: tuple[float, ...]
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(self.costs)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.costs)
+
+    @property
+    def min(self) -> float:
+        return min(self.costs)
+
+    @property
+    def std(self) -> float:
+        return statistics.pstdev(self.costs)
+
+    def to_json(self) -> dict:
+        return {"costs": list(self.costs), "mean": self.mean, "median": self.median,
+                "min": self.min, "std": self.std}
+
+
+class CompiledModel:
+    """A compiled model on the CPU: ``run`` numpy inputs, ``time`` it, ``save``/``load`` it.
+
+    ``tuned`` names the fused functions that use a tuned schedule; ``functions`` describes
+    every fused function (``compile.function_table``: task, FLOPs, calls) for profiles.
+    """
+
+    def __init__(self, library, inputs: tuple[TensorInfo, ...], outputs: tuple[TensorInfo, ...],
+                 tuned: tuple[str, ...] = (), name: str = "model", target: dict | None = None,
+                 library_path: str | None = None, functions: dict | None = None):
+        import tvm
+        from tvm import relax
+
+        self.inputs, self.outputs = tuple(inputs), tuple(outputs)
+        self.tuned, self.name = tuple(tuned), name
+        self.target = dict(target or {})
+        self.functions = dict(functions or {})
+        self._library = library
+        self._library_path = library_path
+        self._dev = tvm.cpu()
+        self._vm = relax.VirtualMachine(library, self._dev)
+        self._main = self._vm["main"]
+        # one aligned input tensor per input, refilled on every call: a fresh tensor per call
+        # costs an allocation and the page faults of first touch (like the VM, not thread-safe)
+        self._inputs = [tvm.runtime.empty(t.shape, t.dtype, self._dev) for t in self.inputs]
+
+    def _args(self, arrays):
+        if len(arrays) != len(self.inputs):
+            raise ValueError(f"{self.name} takes {len(self.inputs)} input(s) "
+                             f"({', '.join(t.name for t in self.inputs)}), got {len(arrays)}")
+        args = []
+        for info, x, tensor in zip(self.inputs, arrays, self._inputs):
+            x = np.asarray(x)
+            if tuple(x.shape) != info.shape:
+                raise ValueError(f"input {info.name}: expected shape {info.shape}, "
+                                 f"got {tuple(x.shape)}")
+            if x.dtype != np.dtype(info.dtype):
+                if not np.can_cast(x.dtype, info.dtype, "same_kind"):
+                    raise ValueError(f"input {info.name}: expected {info.dtype}, got {x.dtype}")
+                x = x.astype(info.dtype)
+            tensor.copyfrom(np.ascontiguousarray(x))
+            args.append(tensor)
+        return args
+
+    def run(self, *inputs: np.ndarray) -> list[np.ndarray]:
+        """The model's outputs, flattened in order, for numpy inputs of the imported shapes."""
+        return _flatten(self._main(*self._args(inputs)))
+
+    def time(self, repeat: int = 10, number: int = 1, min_repeat_ms: int = 0,
+             inputs: list[np.ndarray] | None = None, seed: int = 0) -> TimingStats:
+        """Time ``repeat`` batches of ``number`` runs (after one warm-up) on the given inputs,
+        or on random ones."""
+        if inputs is None:
+            inputs = random_inputs(self.inputs, seed)
+        args = self._args(inputs)
+        timer = self._vm.time_evaluator("main", self._dev, number=number, repeat=repeat,
+                                        min_repeat_ms=min_repeat_ms)
+        return TimingStats(tuple(float(c) for c in timer(*args).results))
+
+    def save(self, directory: str | os.PathLike) -> Path:
+        """Write ``model.so`` and ``model.json`` (signature, target, tuned functions) to
+        ``directory``; returns the directory."""
+        import tvm
+
+        out = Path(directory)
+        out.mkdir(parents=True, exist_ok=True)
+        if self._library_path is not None:
+            if Path(self._library_path).resolve() != (out / LIBRARY).resolve():
+                shutil.copyfile(self._library_path, out / LIBRARY)
+        else:
+            with _without_native_lines("Scope Saving:"):
+                self._library.export_library(str(out / LIBRARY))
+        meta = {"name": self.name, "inputs": [t.to_json() for t in self.inputs],
+                "outputs": [t.to_json() for t in self.outputs], "tuned": list(self.tuned),
+                "target": self.target, "tvm": tvm.__version__, "functions": self.functions}
+        (out / METADATA).write_text(json.dumps(meta, indent=1) + "\n")
+        return out
+
+    @staticmethod
+    def load(directory: str | os.PathLike, threads: int | None = None) -> "CompiledModel":
+        """A model saved by ``save`` (on a machine of the same CPU kind)."""
+        import tvm
+
+        path = Path(directory)
+        if not (path / LIBRARY).exists() or not (path / METADATA).exists():
+            raise FileNotFoundError(f"{path} has no saved model ({LIBRARY} and {METADATA})")
+        use_threads(threads or os.cpu_count() or 1)
+        meta = json.loads((path / METADATA).read_text())
+        library = tvm.runtime.load_module(str(path / LIBRARY))
+        return CompiledModel(library, tuple(TensorInfo.from_json(t) for t in meta["inputs"]),
+                             tuple(TensorInfo.from_json(t) for t in meta["outputs"]),
+                             tuple(meta.get("tuned", ())), meta.get("name", "model"),
+                             meta.get("target"), str(path / LIBRARY), meta.get("functions"))
+
+
+@contextlib.contextmanager
+def _without_native_lines(noise: str):
+    """Drop one known debug line that TVM 0.27's VM prints (to the C++ stderr, once per memory
+    scope) on every export; anything else it prints is passed through afterwards."""
+    import sys
+    import tempfile
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile(mode="w+b") as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            for line in sink.read().decode(errors="replace").splitlines(keepends=True):
+                if noise not in line:
+                    sys.stderr.write(line)
+
+
+def _flatten(value) -> list[np.ndarray]:
+    if hasattr(value, "numpy"):
+        return [value.numpy()]
+    out = []
+    for item in value:
+        out.extend(_flatten(item))
+    return out

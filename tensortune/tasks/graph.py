@@ -1,0 +1,65 @@
+"""``GraphOptions``: the whole-model rewrites chosen before a model is split into tasks.
+
+Tasks, records and the saved module all depend on them, so a run stores them in its spec and
+every step (extraction, build, the MetaSchedule database) takes the same value.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from .layout import DEFAULT_LAYOUT, check_layout, convert_layout
+
+
+@dataclasses.dataclass(frozen=True)
+class GraphOptions:
+    """``layout``: ``nhwc`` (channels last, ``tasks.layout``) or ``nchw`` (the model's own);
+    ``winograd``: 3x3 stride-1 convolutions of at least ``winograd_channels`` channels as
+    Winograd F(m, 3) (``tasks.winograd``; NHWC only)."""
+
+    layout: str = DEFAULT_LAYOUT
+    winograd: bool = True
+    winograd_channels: int = 32
+
+    def __post_init__(self):
+        object.__setattr__(self, "layout", check_layout(self.layout))
+        if self.winograd_channels < 1:
+            raise ValueError(f"winograd_channels must be positive, got {self.winograd_channels}")
+
+    @staticmethod
+    def of(value=None) -> "GraphOptions":
+        """Options from a ``GraphOptions``, a layout name (Winograd where that layout allows
+        it), a dict of ``to_json``, or None (the defaults)."""
+        if value is None:
+            return GraphOptions()
+        if isinstance(value, GraphOptions):
+            return value
+        if isinstance(value, str):
+            return GraphOptions(layout=value)
+        if isinstance(value, dict):
+            known = {f.name for f in dataclasses.fields(GraphOptions)}
+            unknown = set(value) - known
+            if unknown:
+                raise ValueError(f"unknown graph option(s) {sorted(unknown)}; known: "
+                                 f"{', '.join(sorted(known))}")
+            return GraphOptions(**value)
+        raise TypeError(f"graph options must be GraphOptions, str or dict, not "
+                        f"{type(value).__name__}")
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def rewrite(self, mod):
+        """``mod`` (inference-ready Relax) converted to the layout, then Winograd applied."""
+        mod = convert_layout(mod, self.layout)
+        if self.winograd and self.layout == "nhwc":
+            import tvm
+            from tvm import relax
+
+            from .winograd import winograd_pass
+
+            mod = tvm.transform.Sequential([
+                winograd_pass(min_channels=self.winograd_channels),
+                relax.transform.CanonicalizeBindings(),
+                relax.transform.FoldConstant(),
+            ])(mod)
+        return mod

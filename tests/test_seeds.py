@@ -1,0 +1,128 @@
+"""The CPU template's expert seeds (valid on irregular shapes, measured first) and its row-wise
+space for functions that are not one tiled reduction (softmax, layer norm, elementwise)."""
+import numpy as np
+import pytest
+import torch
+
+from tensortune.frontend import from_torch
+from tensortune.measure import LocalBuilder, LocalRunner, MeasureInput
+from tensortune.settings import MeasureSettings, SearchSettings
+from tensortune.space import apply_config, task_seeds, task_space
+from tensortune.space.seeds import cpu_seeds
+from tensortune.tasks import extract_tasks
+from tensortune.tuner.evaluator import Evaluator
+from tensortune.tuner.loop import TuneLoop
+from tensortune.search import STRATEGIES
+from tensortune.workload import Conv2d, Matmul, Task, default_target, vector_lanes
+from tests.fakes import FakeBuilder, ReplayRunner
+
+
+@pytest.fixture(scope="module")
+def target():
+    return default_target(2)
+
+
+def _model_tasks(module, shape, target):
+    torch.manual_seed(0)
+    model = from_torch(module.eval(), (torch.randn(*shape),))
+    return [t for t in extract_tasks(model, target) if t.tunable]
+
+
+class Irregular(torch.nn.Module):
+    """Channels 3 -> 24 -> 120 -> 200 on a 37x37 image, a depthwise 3x3 at stride 2, a dense."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, 24, 3, padding=1)
+        self.up = torch.nn.Conv2d(24, 120, 1)
+        self.dw = torch.nn.Conv2d(120, 120, 3, stride=2, padding=1, groups=120)
+        self.out = torch.nn.Conv2d(120, 200, 3, padding=1)
+        self.fc = torch.nn.Linear(200, 72)
+
+    def forward(self, x):
+        x = torch.relu(self.dw(torch.relu(self.up(torch.relu(self.stem(x))))))
+        return self.fc(torch.relu(self.out(x)).mean((2, 3)))
+
+
+@pytest.mark.parametrize("lanes", [8, 16])
+def test_seeds_are_valid_schedules_on_irregular_shapes(target, lanes):
+    tasks = _model_tasks(Irregular(), (1, 3, 37, 37), target)
+    convs = [t for t in tasks if "conv2d" in t.name]
+    # the 120 -> 200 3x3 runs as Winograd (input transform, batched GEMM, output transform)
+    assert len(convs) == 3 and sum("winograd" in t.name for t in tasks) == 2
+    for t in tasks:
+        space = task_space(t.task)
+        seeds = cpu_seeds(space, t.task.workload.prim_func(), lanes=lanes, threads=2)
+        assert seeds, f"no seed for {t.describe()}"
+        assert len(set(seeds)) == len(seeds) and all(c in space for c in seeds)
+        for config in seeds:
+            apply_config(t.task, config, space)  # raises if the template refuses it
+    for t in convs:  # convolutions vectorize their output channels, whole vectors when they can
+        first = cpu_seeds(task_space(t.task), t.task.workload.prim_func(), lanes=lanes)[0]
+        assert first["vector_axis"] == "ff"
+        channels = t.task.workload.output_shape[-1]
+        assert first["tile_ff"][-1] % (lanes if channels % lanes == 0 else 1) == 0
+        assert first["pack_param_0"] == "root"  # the weight is packed once, at build time
+
+
+def test_seeds_for_operator_workloads_and_their_target(target):
+    task = Task(Matmul(m=200, n=120, k=72), target)
+    seeds = task_seeds(task)
+    assert seeds and seeds[0]["vector_axis"] == "j"
+    assert seeds[0]["tile_j"][-1] % vector_lanes(target) == 0
+    conv = Task(Conv2d(n=1, c=24, h=37, w=37, filters=72, kh=3, kw=3, padding=1), target)
+    assert all(c in task_space(conv) for c in task_seeds(conv))
+
+
+def test_vector_lanes_follow_the_targets_isa():
+    assert vector_lanes({"kind": "llvm", "mcpu": "skylake-avx512"}) == 16
+    assert vector_lanes({"kind": "llvm", "mcpu": "znver3"}) == 8
+    assert vector_lanes({"kind": "cuda", "arch": "sm_90"}) == 8
+
+
+def test_the_loop_measures_the_seeds_before_anything_else(target):
+    task = Task(Matmul(m=64, n=64, k=64), target)
+    space = task_space(task)
+    seeds = task_seeds(task, space)
+    runner = ReplayRunner(lambda config: 1e-3)
+    builder = FakeBuilder()
+    loop = TuneLoop(space, STRATEGIES["sa"], None, SearchSettings(batch_size=4), seeds=seeds)
+    evaluator = Evaluator(task, builder, runner, budget=len(seeds) + 4)
+    loop.step(evaluator)
+    assert builder.built == seeds[:4]
+    while evaluator.remaining:
+        loop.step(evaluator)
+    assert builder.built[:len(seeds)] == seeds and len(builder.built) == len(seeds) + 4
+
+
+class Attention(torch.nn.Module):
+    """Softmax over the last axis, a layer norm and GELU: BERT's untiled functions."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(48)
+
+    def forward(self, q, k):
+        scores = torch.softmax(q @ k.transpose(-1, -2) / 8.0, dim=-1)
+        return torch.nn.functional.gelu(self.norm(scores @ k))
+
+
+def test_softmax_layer_norm_and_elementwise_functions_are_tuned_and_verified(target):
+    torch.manual_seed(0)
+    model = from_torch(Attention().eval(), (torch.randn(2, 24, 48), torch.randn(2, 24, 48)))
+    tasks = extract_tasks(model, target)
+    rowwise = [t for t in tasks if t.tunable and "rows" in {k.name for k in
+                                                            task_space(t.task).knobs}]
+    names = " ".join(t.name for t in rowwise)
+    assert "softmax" in names and "layer_norm" in names, [t.name for t in tasks]
+    settings = MeasureSettings(number=1, repeat=1, min_repeat_ms=1, threads=2)
+    inputs = []
+    for t in rowwise:
+        space = task_space(t.task)
+        inputs += [MeasureInput(t.task, c) for c in task_seeds(t.task, space)[:2]]
+        inputs.append(MeasureInput(t.task, space.sample(np.random.default_rng(0))))
+    with LocalBuilder(workers=2) as builder, LocalRunner(settings) as runner:
+        results = runner.run(inputs, builder.build(inputs))
+    for inp, result in zip(inputs, results):
+        assert result.ok and result.verified, (inp.task.workload.name, dict(inp.config),
+                                               result.message)

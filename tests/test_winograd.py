@@ -1,0 +1,94 @@
+"""Winograd F(m, 3) for 3x3 stride-1 convolutions, and the graph options that choose it."""
+import numpy as np
+import pytest
+import torch
+
+from tensortune.frontend import from_torch
+from tensortune.tasks import build_model, extract_tasks
+from tensortune.tasks.graph import GraphOptions
+from tensortune.tasks.winograd import _matrices, choose_tile, transform_weight
+from tensortune.workload import default_target
+
+
+@pytest.mark.parametrize("tile", [2, 4])
+def test_winograd_matrices_compute_a_3x3_correlation(tile):
+    """One output tile by Y = A^T [(G g G^T) * (B^T d B)] A equals the direct correlation."""
+    a, b, g = _matrices(tile)
+    rng = np.random.default_rng(0)
+    alpha = tile + 2
+    d = rng.standard_normal((alpha, alpha))
+    w = rng.standard_normal((3, 3))
+    direct = np.array([[np.sum(d[i:i + 3, j:j + 3] * w) for j in range(tile)]
+                       for i in range(tile)])
+    winograd = a.T @ ((g @ w @ g.T) * (b.T @ d @ b)) @ a
+    np.testing.assert_allclose(winograd, direct, rtol=1e-9, atol=1e-9)
+    u = transform_weight(w.reshape(3, 3, 1, 1).astype("float32"), tile)
+    assert u.shape == (alpha * alpha, 1, 1)
+    np.testing.assert_allclose(u[:, 0, 0].reshape(alpha, alpha), g @ w @ g.T, rtol=1e-5,
+                               atol=1e-5)
+
+
+def test_tile_choice_keeps_the_gemms_tall():
+    assert choose_tile(56, 56) == 4 and choose_tile(14, 14) == 4
+    assert choose_tile(7, 7) == 2  # 4x4 tiles would leave GEMMs of 4 rows
+    assert choose_tile(3, 3) == 2
+
+
+class Convs(torch.nn.Module):
+    """Eligible 3x3 convolutions (40 -> 40 with a residual, on 13x13 and 7x7) beside ones that
+    are not: the 3-channel stem, a stride-2 one, a 1x1 and a depthwise one."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, 40, 3, padding=1)
+        self.same = torch.nn.Conv2d(40, 40, 3, padding=1)
+        self.down = torch.nn.Conv2d(40, 40, 3, stride=2, padding=1)
+        self.dw = torch.nn.Conv2d(40, 40, 3, padding=1, groups=40)
+        self.point = torch.nn.Conv2d(40, 48, 1)
+        self.late = torch.nn.Conv2d(48, 48, 3, padding=1)
+
+    def forward(self, x):
+        x = torch.relu(self.stem(x))
+        x = torch.relu(self.same(x) + x)
+        x = self.point(torch.relu(self.dw(self.down(x))))
+        return torch.relu(self.late(x))
+
+
+@pytest.fixture(scope="module")
+def convs():
+    torch.manual_seed(0)
+    module = Convs().eval()
+    x = torch.randn(1, 3, 13, 13)
+    with torch.no_grad():
+        expected = module(x).numpy()
+    return from_torch(module, (x,)), x.numpy(), expected
+
+
+def test_only_eligible_convolutions_become_winograd_and_the_model_still_matches(convs):
+    model, x, expected = convs
+    target = default_target(2)
+    tasks = extract_tasks(model, target)
+    names = [t.name for t in tasks]
+    assert sum("winograd_input" in n for n in names) == 2, names
+    assert sum("winograd_output" in n for n in names) == 2
+    assert sum(n.startswith("fused_conv2d") or n.startswith("conv2d") for n in names) == 4
+    # the residual add and the relu run in the output transform, not on their own
+    assert any("winograd_output" in n and "add" in n and "relu" in n for n in names)
+    assert all(t.tunable for t in tasks if "winograd" in t.name or "matmul" in t.name)
+    compiled = build_model(model, target)
+    np.testing.assert_allclose(compiled.run(x)[0], expected, rtol=1e-4, atol=1e-4)
+    direct = extract_tasks(model, target, graph=GraphOptions(winograd=False))
+    assert not any("winograd" in t.name for t in direct)
+
+
+def test_graph_options_are_a_checked_value():
+    assert GraphOptions.of(None) == GraphOptions()
+    assert GraphOptions.of("NCHW") == GraphOptions(layout="nchw")
+    options = GraphOptions(winograd=False, winograd_channels=64)
+    assert GraphOptions.of(options.to_json()) == options
+    with pytest.raises(ValueError, match="unknown graph option.*'tile'"):
+        GraphOptions.of({"tile": 4})
+    with pytest.raises(ValueError, match="unknown layout"):
+        GraphOptions(layout="nc4hw")
+    with pytest.raises(TypeError, match="not int"):
+        GraphOptions.of(3)
