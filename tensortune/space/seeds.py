@@ -51,17 +51,25 @@ def cpu_seeds(space: ConfigSpace, prim_func, lanes: int = 8, threads: int = 2,
         return []
     vec = movable[-1]  # the output's innermost axis: contiguous in memory
     rows = movable[-2] if len(movable) > 1 else None
+    rows2 = movable[-3] if len(movable) > 2 else None  # image rows, when ``rows`` is columns
     ext = dict(spatial)
     regs = vector_registers(lanes)
-    tiles = []  # (V, U): register tiles, the fullest first
+    tiles = []  # (V, {row axis: unroll}): register tiles, the fullest first
     for v_tile in _vector_tiles(ext[vec], lanes):
         vecs = -(-v_tile // lanes)
         # two W vectors and a broadcast stay in registers at regs - 4 accumulators; regs - 2
         # still pays when it is the only way to more than a few rows (a 7x7 layer)
+        candidates = []
         for most in (regs - 4, regs - 2):
-            for u_tile in _row_tiles(ext[rows], max(1, most // vecs)) if rows else [1]:
-                if (v_tile, u_tile) not in tiles:
-                    tiles.append((v_tile, u_tile))
+            candidates += [{rows: u} for u in _row_tiles(ext[rows], max(1, most // vecs))] \
+                if rows else [{}]
+            if most == regs - 4 and rows2:  # a 2-D tile: 2 x 2 positions where 4 won't divide
+                square = _square_tile(ext[rows2], ext[rows], most // vecs)
+                if square:
+                    candidates.insert(1, {rows2: square[0], rows: square[1]})
+        for unrolled in candidates:
+            if (v_tile, unrolled) not in tiles:
+                tiles.append((v_tile, unrolled))
     # the kernel window (every reduction but the innermost) streams inside the register tile
     # when the innermost reduction is trivial (depthwise), outside it otherwise
     window_inside = not reduce or reduce[-1][1] == 1
@@ -70,9 +78,9 @@ def cpu_seeds(space: ConfigSpace, prim_func, lanes: int = 8, threads: int = 2,
                 {"unroll": 64}]
     out: dict[Config, None] = {}
     for change in variants:
-        for v_tile, u_tile in tiles:
+        for v_tile, unrolled in tiles:
             opts = {**base, **change}
-            values = _config(spatial, reduce, vec, rows, v_tile, u_tile, opts["r_block"],
+            values = _config(spatial, reduce, vec, rows, v_tile, unrolled, opts["r_block"],
                              opts["window_inside"], threads)
             values.update(_choices(knobs, info, vec, opts["unroll"], opts["inline"]))
             config = Config(values)
@@ -100,18 +108,33 @@ def _row_tiles(extent: int, most: int) -> list[int]:
     return [best] + smaller[-1:]
 
 
+def _square_tile(rows: int, cols: int, most: int) -> tuple[int, int] | None:
+    """``(u_rows, u_cols)``, both at least 2, dividing the extents, with the most positions
+    up to ``most`` (at least 4) and the squarest shape among those."""
+    best = None
+    for ur in range(2, min(rows, most) + 1):
+        for uc in range(2, min(cols, most // ur) + 1):
+            if rows % ur or cols % uc or ur * uc < 4:
+                continue
+            key = (ur * uc, -abs(ur - uc), uc)
+            if best is None or key > best[0]:
+                best = (key, (ur, uc))
+    return best[1] if best else None
+
+
 def _largest_divisor(extent: int, most: int) -> int:
     return max(d for d in range(1, max(1, min(extent, most)) + 1) if extent % d == 0)
 
 
-def _config(spatial, reduce, vec, rows, v_tile, u_tile, r_block, window_inside,
+def _config(spatial, reduce, vec, rows, v_tile, unrolled, r_block, window_inside,
             threads) -> dict:
-    """Split factors: S3 the register tile, S2 an L1 block of the output, S0 the rest (the
-    parallel loop), S1 whatever keeps S0 from having fewer chunks than useful."""
+    """Split factors: S3 the register tile (``v_tile`` lanes of ``vec`` by the ``unrolled``
+    row axes), S2 an L1 block of the output, S0 the rest (the parallel loop), S1 whatever
+    keeps S0 from having fewer chunks than useful."""
     values = {}
-    inner = {vec: v_tile}
-    if rows:
-        inner[rows] = u_tile
+    inner = {vec: v_tile, **unrolled}
+    if rows and rows not in inner:
+        inner[rows] = 1
     block = {}
     for name in (vec, rows):
         if name is None:
@@ -153,12 +176,13 @@ def _choices(knobs, info, vec, unroll, inline) -> dict:
 
 
 def _rowwise_seeds(space: ConfigSpace, lanes: int) -> list[Config]:
-    """``cpu_rowwise``: producers inlined, the most leading loops parallel (then one fewer),
-    one or two vectors per inner step."""
+    """``cpu_rowwise``: producers inlined, all leading loops parallel (or the first only, so
+    every block of a row runs under it), one to four vectors per inner step."""
     knobs = {k.name: k for k in space.knobs}
+    rows_options = knobs["rows"].options
     out: dict[Config, None] = {}
-    for rows in knobs["rows"].options[:2]:
-        for vector in (lanes, 2 * lanes):
+    for rows in dict.fromkeys((rows_options[0], rows_options[-1])):
+        for vector in (lanes, 4 * lanes, 2 * lanes):
             values = {"rows": rows, "vector": vector, "unroll": 16}
             if "inline" in knobs:
                 values["inline"] = True

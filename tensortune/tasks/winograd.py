@@ -6,7 +6,8 @@ minimal filtering computes an ``m x m`` output tile from an ``(m+2) x (m+2)`` in
 such a ``conv2d(x, W)`` (W a constant) by three operators that the CPU template tunes like any
 other (TVM's TOPI formulation, in NHWC):
 
-- the input transform ``V = B^T d B`` of every tile (``(m+2)^2 x tiles x C_in``);
+- the input transform ``V = B^T d B`` of every tile (``(m+2)^2 x tiles x C_in``), in two
+  separable passes;
 - one batched matrix product per transformed point, ``M = V U`` (``(m+2)^2`` GEMMs of
   ``tiles x C_in`` by ``C_in x C_out``): the bulk of the work, a plain reduction;
 - the output transform ``Y = A^T M A``, cropped to the output, with the convolution's bias,
@@ -57,8 +58,9 @@ def eligible(call, min_channels: int) -> bool:
 
 
 def _input_transform(data, tile: int, padding, out_h: int, out_w: int):
-    """``V[e1 * alpha + e2, p, c]``: each input tile ``d`` (p = n, tile row, tile column) as
-    ``B^T d B``."""
+    """``V[e1, e2, p, c]``: each input tile ``d`` (p = n, tile row, tile column) as
+    ``B^T d B``, in two passes (rows, then columns: ``2 alpha^3`` multiply-adds a tile and
+    channel instead of ``alpha^4``) that share the leading axis ``e1``."""
     from tvm import te, topi
     from tvm.topi.nn.winograd_util import winograd_transform_matrices
 
@@ -74,16 +76,20 @@ def _input_transform(data, tile: int, padding, out_h: int, out_w: int):
     padded = topi.nn.pad(data, [0, top, left, 0], [0, max(bottom, pad_bottom),
                                                     max(right, pad_right), 0])
     _, b, _ = winograd_transform_matrices(tile, KERNEL, str(data.dtype))
-    r1 = te.reduce_axis((0, alpha), name="r1")
-    r2 = te.reduce_axis((0, alpha), name="r2")
+    tiles = n * rows * cols
 
-    def compute(e, p, ci):
+    def window(p, r1, r2, ci):
         tn, rest = p // (rows * cols), p % (rows * cols)
-        y, x = rest // cols * tile, rest % cols * tile
-        return te.sum(padded[tn, y + r1, x + r2, ci] * b[r1][e // alpha] * b[r2][e % alpha],
-                      axis=[r1, r2])
+        return padded[tn, rest // cols * tile + r1, rest % cols * tile + r2, ci]
 
-    return te.compute((alpha * alpha, n * rows * cols, c), compute, name="winograd_input")
+    r1 = te.reduce_axis((0, alpha), name="r1")
+    half = te.compute((alpha, tiles, alpha, c),
+                      lambda e1, p, r2, ci: te.sum(b[r1][e1] * window(p, r1, r2, ci), axis=r1),
+                      name="winograd_input_rows")
+    r2 = te.reduce_axis((0, alpha), name="r2")
+    return te.compute((alpha, alpha, tiles, c),
+                      lambda e1, e2, p, ci: te.sum(half[e1, p, r2, ci] * b[r2][e2], axis=r2),
+                      name="winograd_input")
 
 
 def _output_transform(product, batch: int, out_h: int, out_w: int, tile: int):
@@ -144,6 +150,9 @@ def winograd_pass(tile: int | None = None, min_channels: int = 32):
             u = relax.const(transform_weight(weight.value.numpy(), m))
             v = self.builder_.call_te(_input_transform, data, m, padding, out_h, out_w,
                                       primfunc_name_hint="winograd_input")
+            alpha, cin = m + KERNEL - 1, int(data.ty.shape[3])
+            tiles = n * -(-out_h // m) * -(-out_w // m)
+            v = self.builder_.emit(relax.op.reshape(v, (alpha * alpha, tiles, cin)))
             product = self.builder_.emit(relax.op.matmul(v, u))
             return self.builder_.call_te(_output_transform, product, n, out_h, out_w, m,
                                          primfunc_name_hint="winograd_output")
