@@ -67,7 +67,8 @@ def metaschedule_model(session: Session, trials: int, work_dir: Path):
 
 
 def graph_of(args) -> GraphOptions:
-    return GraphOptions(layout=args.layout, winograd=not args.no_winograd)
+    return GraphOptions(layout=args.layout, winograd=not args.no_winograd,
+                        fast_math=not args.no_fast_math)
 
 
 def session_for(name: str, args, settings: Settings) -> tuple[Session, list, object]:
@@ -157,6 +158,7 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--layout", default="nhwc", help="nhwc (default) or nchw")
     ap.add_argument("--no-winograd", action="store_true", help="direct 3x3 convolutions only")
+    ap.add_argument("--no-fast-math", action="store_true", help="libm exp, erf and tanh")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--per-round", type=int, default=10)
     ap.add_argument("--metaschedule", action="store_true",
@@ -193,13 +195,17 @@ def main(argv=None) -> int:
 
 
 def _cpu_name() -> str:
+    """Model name, family/model (which tells Zen 3 from Zen 4) and the widest vector ISA."""
     try:
+        fields = {}
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip() + f" ({os.cpu_count()} CPUs)"
+            key, _, value = line.partition(":")
+            fields.setdefault(key.strip(), value.strip())
+        isa = "avx512" if "avx512f" in fields.get("flags", "").split() else "avx2"
+        return (f"{fields.get('model name', '?')}, family {fields.get('cpu family', '?')} "
+                f"model {fields.get('model', '?')}, {isa}, {os.cpu_count()} CPUs")
     except OSError:
-        pass
-    return "unknown"
+        return "unknown"
 
 
 if __name__ == "__main__":

@@ -92,11 +92,12 @@ def cpu_seeds(space: ConfigSpace, prim_func, lanes: int = 8, threads: int = 2,
 
 
 def _vector_tiles(extent: int, lanes: int) -> list[int]:
-    """Register-tile widths for the vectorized axis: 2, 1, 3 or 4 whole vectors that divide
-    it, else its largest divisor up to two vectors."""
+    """Register-tile widths for the vectorized axis: the first three of 2, 1, 3 or 4 whole
+    vectors that divide it (3 x 8 lanes with 4 rows is AVX2's classic 12-accumulator tile),
+    else its largest divisor up to two vectors."""
     whole = [m * lanes for m in (2, 1, 3, 4) if extent % (m * lanes) == 0]
     if whole:
-        return whole[:2]
+        return whole[:3]
     return [max(d for d in range(1, min(extent, 2 * lanes) + 1) if extent % d == 0)]
 
 

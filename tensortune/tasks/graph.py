@@ -14,11 +14,13 @@ from .layout import DEFAULT_LAYOUT, check_layout, convert_layout
 class GraphOptions:
     """``layout``: ``nhwc`` (channels last, ``tasks.layout``) or ``nchw`` (the model's own);
     ``winograd``: 3x3 stride-1 convolutions of at least ``winograd_channels`` channels as
-    Winograd F(m, 3) (``tasks.winograd``; NHWC only)."""
+    Winograd F(m, 3) (``tasks.winograd``; NHWC only); ``fast_math``: GELU, softmax, exp, erf
+    and tanh as vectorizable polynomials (``tasks.fastmath``)."""
 
     layout: str = DEFAULT_LAYOUT
     winograd: bool = True
     winograd_channels: int = 32
+    fast_math: bool = True
 
     def __post_init__(self):
         object.__setattr__(self, "layout", check_layout(self.layout))
@@ -49,8 +51,13 @@ class GraphOptions:
         return dataclasses.asdict(self)
 
     def rewrite(self, mod):
-        """``mod`` (inference-ready Relax) converted to the layout, then Winograd applied."""
+        """``mod`` (inference-ready Relax) converted to the layout, then Winograd and fast
+        math applied."""
         mod = convert_layout(mod, self.layout)
+        if self.fast_math:
+            from .fastmath import fast_math_pass
+
+            mod = fast_math_pass()(mod)
         if self.winograd and self.layout == "nhwc":
             import tvm
             from tvm import relax
