@@ -54,6 +54,8 @@ class Session:
         self.schedule = None
         self.compiled = None
         self.results: dict = {}
+        self.static: dict = {}  # task key -> tuner.static.StaticResult (hardware-free tuning)
+        self.verified: dict = {}  # task key -> the fastest timed of its best predicted configs
         self._torch = (torch_module, example_inputs)
 
     # -- import ---------------------------------------------------------------------------------
@@ -112,19 +114,28 @@ class Session:
 
     def tune(self, trials: int, scheduler: str = "gradient", tuner: str = "xgb",
              features: str = "knob", well_tuned: int | None = None,
-             on_step: Callable | None = None, on_result: Callable | None = None):
+             on_step: Callable | None = None, on_result: Callable | None = None,
+             cost_model: str = "fresh"):
         """Spend ``trials`` measurements across the tasks; returns a ``ScheduleResult``.
 
         A task whose records already hold ``well_tuned`` trials (default: its even share of
-        this budget) is skipped; the others start warm from the global records.
+        this budget) is skipped; the others start warm from the global records. ``cost_model``
+        ``pretrained`` starts each task from the shipped model (``tuner.make_loop``).
         """
         from .measure import LocalBuilder, LocalRunner
         from .records import RecordWriter, load_records
         from .tasks.scheduler import TaskScheduler, history_by_task
 
+        from .workload import missing_host_features
+
         tasks = [t for t in self.extract() if t.tunable]
         if not tasks:
             raise SessionError(f"{self.model.name} has no tunable task")
+        missing = missing_host_features(self.target)
+        if missing:
+            raise SessionError(f"cannot time candidates here: the target (mcpu "
+                               f"{self.target.get('mcpu')}) needs {', '.join(missing)}, which "
+                               "this CPU lacks; tune it --hardware-free or on such a machine")
         start = time.perf_counter()
         history = {}
         if self.records_path.exists():
@@ -139,7 +150,7 @@ class Session:
         try:
             sched = TaskScheduler(
                 [(task_label(t), t.task, t.weight) for t in tasks], builder, runner, self.settings,
-                lambda task: self._loop(task, tuner, features),
+                lambda task: self._loop(task, tuner, features, cost_model),
                 history=history, callbacks=callbacks, strategy=scheduler, well_tuned=well_tuned,
                 seed=self.settings.seed)
             self.schedule = sched.run(trials, on_step)
@@ -153,13 +164,80 @@ class Session:
         self._write_run()
         return self.schedule
 
-    def _loop(self, task, tuner: str, features: str):
+    def _loop(self, task, tuner: str, features: str, cost_model: str = "fresh"):
         from .space import task_seeds, task_space
         from .tuner import make_loop
 
         space = task_space(task)
         seeds = task_seeds(task, space) if self.settings.search.seeds else ()
-        return make_loop(tuner, space, self.settings, features, seeds=seeds)
+        return make_loop(tuner, space, self.settings, features, seeds=seeds,
+                         cost_model=cost_model)
+
+    def tune_hardware_free(self, verify_top: int = 0, on_task: Callable | None = None,
+                           model=None) -> dict:
+        """Pick every task's config from the shipped cost model's predictions (``tuner.static``,
+        Tuna's mode): candidates are compiled for their features, none is run. With
+        ``verify_top`` the K best predicted configs of each task are timed here (only where
+        this host can run the target) and the fastest is kept. Returns the counts
+        (``compiled``, ``timed``) and the predicted latency of the tuned functions. ``model``
+        replaces the shipped one (``tuner.pretrained_model``)."""
+        from .measure import LocalBuilder, LocalRunner
+        from .records import RecordWriter
+        from .tuner import Evaluator, pretrained_model
+        from .tuner.static import close, compile_in, predict_best
+        from .workload import missing_host_features
+
+        tasks = [t for t in self.extract() if t.tunable]
+        if verify_top and missing_host_features(self.target):
+            raise SessionError("--verify-top times candidates, but this host cannot run the "
+                               f"target (mcpu {self.target.get('mcpu')})")
+        start = time.perf_counter()
+        if model is None:
+            model, _ = pretrained_model(self.settings.seed)
+        compile_in(model, self.settings.measure.build_workers)
+        self.static = {}
+        try:
+            for t in tasks:
+                self.static[t.key] = predict_best(t.task, model, self.settings,
+                                                  seed=self.settings.seed)
+                if on_task:
+                    on_task(t, self.static[t.key])
+        finally:
+            close(model)
+        timed = 0
+        if verify_top:
+            m = self.settings.measure
+            builder, runner = LocalBuilder(m.build_workers, m.build_timeout_s), LocalRunner(m)
+            logs = [RecordWriter(self.run_dir / "log.jsonl"), RecordWriter(self.records_path)]
+            try:
+                for t in tasks:
+                    top = [c for c, _ in self.static[t.key].ranked[:verify_top]]
+                    ev = Evaluator(t.task, builder, runner, len(top), [w.append for w in logs])
+                    measured = [(c, r) for c, r in ev.evaluate(top) if r.ok]
+                    timed += len(top)
+                    if measured:  # the fastest measured config replaces the prediction's pick
+                        self.verified[t.key] = min(measured, key=lambda cr: cr[1].cost)[0]
+            finally:
+                builder.close()
+                runner.close()
+                for w in logs:
+                    w.close()
+        predicted = [(t.weight, self.static[t.key].predicted_seconds) for t in tasks]
+        summary = {"mode": "hardware-free", "compiled": sum(r.compiled for r in
+                                                             self.static.values()),
+                   "timed": timed, "predicted_ms": sum(w * s for w, s in predicted if s) * 1e3}
+        self.stages["tune"] = self.stages.get("tune", 0.0) + time.perf_counter() - start
+        self.results["tuning"] = summary
+        self.compiled = None
+        self._write_run()
+        return summary
+
+    def _best(self):
+        """What the build uses: the hardware-free picks (the timed best where verified), else
+        the records (each task's best measured config), else nothing (TVM's defaults)."""
+        if self.static:
+            return {k: self.verified.get(k, r.best) for k, r in self.static.items() if r.best}
+        return self.records_path if self.records_path.exists() else None
 
     # -- build, save, load ------------------------------------------------------------------------------
     def build(self, tuned: bool = True):
@@ -168,10 +246,9 @@ class Session:
 
         self._need_model("build")
         start = time.perf_counter()
-        best = self.records_path if tuned and self.records_path.exists() else None
+        best = self._best() if tuned else None
         self.compiled = build_model(self.model, self.target, best,
-                                    threads=self.settings.measure.threads,
-                                    graph=self.graph)
+                                    threads=self.settings.measure.threads, graph=self.graph)
         self.stages["build"] = time.perf_counter() - start
         return self.compiled
 
@@ -182,8 +259,9 @@ class Session:
 
         compiled = self._need_compiled("save")
         out = compiled.save(Path(directory) if directory else self.run_dir / "module")
-        if self.model is not None and self.tasks is not None and self.records_path.exists():
-            write_metaschedule_db([t for t in self.tasks if t.tunable], self.records_path,
+        best = self._best()
+        if self.model is not None and self.tasks is not None and best is not None:
+            write_metaschedule_db([t for t in self.tasks if t.tunable], best,
                                   self.run_dir / "metaschedule")
         self._write_run()
         return out

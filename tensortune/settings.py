@@ -52,6 +52,11 @@ class SearchSettings:
     ga_elite: int = 16
     ga_tournament: int = 3
     ga_mutation: float = 0.5  # chance that a child also takes one ``space.neighbor`` step
+    es_starts: int = 8  # evolution strategies (Tuna): search distributions evolved side by side
+    es_population: int = 24  # perturbations per start and generation (half antithetic)
+    es_generations: int = 25
+    es_sigma: float = 0.15  # noise, in units of a knob's whole range
+    es_lr: float = 0.3
     early_stop_trials: int = 0  # 0 disables: stop a task after this many trials without improvement
     # measure the template's expert starting points first (``space.seeds``); off reproduces
     # AutoTVM's cold start from random configs

@@ -94,3 +94,26 @@ def test_run_before_build_is_refused(settings):
         s.run(inputs[0].numpy())
     with pytest.raises(SessionError, match="no run"):
         Session.load("nonexistent", settings=settings)
+
+
+def test_hardware_free_tunes_without_timing_then_verify_top_times_only_the_best(settings):
+    module, inputs = _tiny()
+    expected = module(*inputs).detach().numpy()
+    s = Session.from_torch(module, inputs, name="tiny", settings=settings)
+    tunable = [t for t in s.extract() if t.tunable]
+    seen = []
+    counts = s.tune_hardware_free(on_task=lambda t, res: seen.append((t.name, res)))
+    assert counts["timed"] == 0 and counts["compiled"] > 0 and counts["predicted_ms"] > 0
+    assert len(seen) == len(tunable) and all(res.best is not None for _, res in seen)
+    assert not s.records_path.exists()  # nothing measured, nothing recorded
+    s.build()
+    np.testing.assert_allclose(s.run(inputs[0].numpy())[0], expected, rtol=1e-3, atol=1e-3)
+    s.save()
+    assert (s.run_dir / "metaschedule" / "database_tuning_record.json").exists()
+
+    again = Session.from_torch(module, inputs, name="tiny", settings=settings)
+    counts = again.tune_hardware_free(verify_top=2)
+    assert counts["timed"] == 2 * len(tunable)
+    assert len(again.verified) == len(tunable)
+    again.build()
+    np.testing.assert_allclose(again.run(inputs[0].numpy())[0], expected, rtol=1e-3, atol=1e-3)

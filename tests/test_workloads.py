@@ -97,16 +97,31 @@ def test_padding_makes_a_large_kernel_valid():
     assert Conv2d(n=1, c=1, h=3, w=3, filters=1, kh=5, kw=5, padding=1).output_shape == (1, 1, 1, 1)
 
 
-def test_host_cpu_trusts_the_isa_flags_over_a_made_up_model():
-    from tensortune.workload.task import host_cpu
+def test_host_cpu_trusts_llvm_then_cpuid_family_then_isa_flags():
+    from tensortune.workload.task import amd_core, host_cpu
 
     def known(name):
         return True
 
-    amd = "vendor_id\t: AuthenticAMD\nflags\t\t: fpu avx2 avx512f avx512bw\n"
+    zen4 = ("vendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 17\n"
+            "flags\t\t: fpu avx2 avx512f avx512bw\n")
+    zen3 = "vendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 1\nflags\t\t: fpu avx2\n"
+    zen5 = "vendor_id\t: AuthenticAMD\ncpu family\t: 26\nmodel\t\t: 2\nflags\t\t: avx512f\n"
+    amd_unknown = "vendor_id\t: AuthenticAMD\ncpu family\t: 99\nflags\t\t: fpu avx2 avx512f\n"
     intel_amx = "vendor_id\t: GenuineIntel\nflags\t\t: fpu avx2 avx512f amx_bf16 amx_tile\n"
     intel_old = "vendor_id\t: GenuineIntel\nflags\t\t: fpu avx2 avx512f\n"
-    assert host_cpu("x86-64-v4", amd, known) == "znver5"
+    # the Zen 4 that used to be called znver5 because it has AVX-512
+    assert host_cpu("x86-64-v4", zen4, known) == "znver4"
+    assert host_cpu("znver4", zen4, known) == "znver4"
+    assert host_cpu("znver3", zen3, known) == "znver3"
+    assert host_cpu("x86-64-v3", zen3, known) == "znver3"
+    assert host_cpu("x86-64-v4", zen5, known) == "znver5"
+    assert host_cpu("x86-64-v4", amd_unknown, known) == "znver4"
+    assert host_cpu("x86-64-v4", zen4, lambda name: False) == "x86-64-v4"
     assert host_cpu("rocketlake", intel_amx, known) == "sapphirerapids"
+    assert host_cpu("graniterapids", intel_amx, known) == "graniterapids"
     assert host_cpu("skylake-avx512", intel_old, known) == "skylake-avx512"
     assert host_cpu("rocketlake", intel_amx, lambda name: False) == "rocketlake"
+    assert [amd_core(25, m) for m in (1, 17, 33, 97, 160)] == \
+        ["znver3", "znver4", "znver3", "znver4", "znver4"]
+    assert amd_core(23, 49) == "znver2" and amd_core(6, 1) is None

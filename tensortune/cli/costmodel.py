@@ -224,5 +224,46 @@ def compare_cmd(
         sys.stdout.write(json.dumps(doc) + "\n")
 
 
+@costmodel_app.command("train")
+def train_cmd(
+    dataset: list[Path] = typer.Option(..., help="dataset records files to train on; repeatable"),
+    out: Path = typer.Option(..., help="the model file to write (JSON)"),
+    features: str = typer.Option("itervar+hardware+roofline", help="feature set of the model"),
+    seed: int = typer.Option(0),
+    store: bool = typer.Option(True, help="read and keep costly feature rows in each "
+                               "dataset's feature store"),
+    holdout: bool = typer.Option(False, help="also score the same model on held-out networks "
+                                 "(leave one model out over the zoo datasets) for the provenance"),
+):
+    """Fit the pretrained cost model that tune-op and tune-model start from, and write it with
+    its provenance (datasets and their hashes, features, versions, held-out scores)."""
+    from ..evaluation import evaluate
+    from ..evaluation.pretrain import train_pretrained
+
+    sets = [load_or_fail(p) for p in dataset]
+    bank = _bank(dataset[0], store, dataset[1:])
+    scores = {}
+    if holdout:
+        zoo = [ds for ds in sets if len({t.info.source for t in ds}) > 1]
+        if not zoo:
+            fail("--holdout needs a dataset of several models' tasks (e.g. data/cpu-spr-zoo*)")
+        joined = zoo[0]
+        for ds in zoo[1:]:
+            joined = joined.join(ds)
+        report = _run(evaluate, dataset=joined, model="xgb-reg", features=features,
+                      split="by-model", seed=seed, bank=bank, label="absolute")
+        _print_wide(_source_table([report]))
+        scores = {"split": "by-model", "datasets": [str(ds.path) for ds in zoo],
+                  **{k: v for k, v in report.to_json().items() if k in ("mean", "by_source")}}
+    model = _run(train_pretrained, datasets=sets, features=features, bank=bank, seed=seed,
+                 holdout_scores=scores, on_task=lambda name: console.print(f"  features of {name}",
+                                                                          highlight=False))
+    model.save(out)
+    p = model.provenance
+    console.print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB): {p['rows']} records of "
+                  f"{sum(d['tasks'] for d in p['datasets'])} tasks, {features}, label scale "
+                  f"{model.label_scale:.3f} TFLOP/s")
+
+
 def register(app: typer.Typer) -> None:
     app.add_typer(costmodel_app, name="costmodel")

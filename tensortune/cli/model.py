@@ -20,21 +20,32 @@ def tune_model(
     image_size: int = typer.Option(224, help="input height and width (zoo image models)"),
     scheduler: str = typer.Option("gradient", help="gradient | round-robin"),
     tuner: str = typer.Option("xgb", help="xgb | random | grid"),
+    cost_model: str = typer.Option("fresh", help="fresh (AutoTVM's: a new XGBoost per task) | "
+                                   "pretrained (the shipped model, fine-tuned per task)"),
+    hardware_free: bool = typer.Option(False, "--hardware-free",
+                                       help="time no candidate: each task's config from the "
+                                            "shipped cost model's predictions (Tuna's mode)"),
+    verify_top: int = typer.Option(0, help="with --hardware-free: time the K best predicted "
+                                           "configs of each task and keep the fastest"),
+    target: str = typer.Option("host", help="host | llvm:<mcpu> (e.g. llvm:znver4; timing "
+                               "needs a host that runs it) | cuda:<arch> (not yet)"),
     seed: int = typer.Option(0),
     layout: str = typer.Option("nhwc", help="activation layout: nhwc (channels last) | nchw"),
     winograd: bool = typer.Option(True, help="3x3 stride-1 convolutions as Winograd (nhwc)"),
+    fast_math: bool = typer.Option(True, help="GELU, softmax, exp, erf, tanh as polynomials"),
     compare: bool = typer.Option(True, help="also time PyTorch eager and the untuned build"),
     as_json: bool = typer.Option(False, "--json", help="end with one JSON summary line on stdout"),
 ):
     """Tune a whole model, build it with the best schedules, save it, and compare."""
     from ..frontend import ModelImportError
-    from ..session import Session, SessionError, task_label
+    from ..session import Session, SessionError
     from ..tasks.graph import GraphOptions
     from ..zoo import ZOO
 
     settings = dataclasses.replace(Settings.from_env(), seed=seed)
     try:
-        graph = GraphOptions(layout=layout, winograd=winograd)
+        settings = dataclasses.replace(settings, target=_cpu_target(target, settings))
+        graph = GraphOptions(layout=layout, winograd=winograd, fast_math=fast_math)
         if model.endswith(".onnx"):
             session = Session.from_onnx(model, settings=settings, graph=graph)
         elif model in ZOO:
@@ -54,55 +65,133 @@ def tune_model(
         if not t.tunable:
             console.print(f"  [dim]untunable: {t.describe()}[/dim]")
 
-    columns = [TextColumn("{task.description:<44}"), BarColumn(), MofNCompleteColumn(),
-               TextColumn("{task.fields[best]}"), TimeElapsedColumn()]
+    if verify_top and not hardware_free:
+        console.print("[red]error:[/red] --verify-top goes with --hardware-free")
+        raise typer.Exit(2)
     try:
-        with Progress(*columns, console=console) as progress:
-            overall = progress.add_task("[bold]all tasks", total=trials, best="")
-            bars = {task_label(t): progress.add_task(f"{task_label(t)[-38:]} x{t.weight}",
-                                                     total=None, best="") for t in tunable}
-
-            def on_step(prog, charged):
-                best = prog.best
-                progress.update(bars[prog.name], completed=prog.evaluator.trials,
-                                best=f"{best * 1e6:.1f} us" if best < float("inf") else "")
-                progress.advance(overall, charged)
-
-            result = session.tune(trials, scheduler=scheduler, tuner=tuner, on_step=on_step)
+        if hardware_free:
+            counts = _tune_hardware_free(session, verify_top)
+        else:
+            counts = _tune_measured(session, tunable, trials, scheduler, tuner, cost_model)
     except (SessionError, ValueError) as err:
         console.print(f"[red]error:[/red] {err}")
         raise typer.Exit(2)
-    for name, why in result.skipped.items():
-        console.print(f"  skipped {name}: {why}")
     session.build()
     session.save()
     lat = session.evaluate()
     summary = {"run_id": session.run_id, "model": session.model.name, "tuned_ms": lat["median"],
                "graph": session.spec["graph"],
                "tune_s": round(session.stages.get("tune", 0.0), 1), "tasks": len(tunable),
-               "trials": result.trials, "torch_ms": None, "untuned_ms": None,
+               **counts, "torch_ms": None, "untuned_ms": None,
                "stages": {k: round(v, 2) for k, v in session.stages.items()}}
     if compare:
-        summary["torch_ms"] = session.torch_latency_ms()
-        tuned_module = session.compiled
-        untuned = session.build(tuned=False).time(repeat=3)
-        summary["untuned_ms"] = untuned.median * 1e3
-        session.compiled = tuned_module
-    session.results.update({k: summary[k] for k in ("tuned_ms", "torch_ms", "untuned_ms")})
+        summary.update(_compare(session))
+    session.results.update({k: summary[k] for k in ("tuned_ms", "torch_ms", "onnxruntime_ms",
+                                                     "untuned_ms") if k in summary})
     session.save()
     table = Table(title=f"tensortune: {session.model.name} (run {session.run_id})")
     table.add_column("")
     table.add_column("latency", justify="right")
     table.add_column("vs tuned", justify="right")
-    for label, key in (("tensortune tuned", "tuned_ms"), ("PyTorch eager", "torch_ms"),
-                       ("TVM untuned", "untuned_ms")):
-        v = summary[key]
+    for label, key in (("tensortune tuned", "tuned_ms"), ("ONNX Runtime", "onnxruntime_ms"),
+                       ("PyTorch eager", "torch_ms"), ("TVM untuned", "untuned_ms")):
+        v = summary.get(key)
         if v is not None:
             table.add_row(label, f"{v:.2f} ms", f"{v / summary['tuned_ms']:.2f}x")
     console.print(table)
     console.print(f"saved to {session.run_dir}; stages (s): {summary['stages']}")
     if as_json:
         sys.stdout.write(json.dumps(summary) + "\n")
+
+
+def _cpu_target(text: str, settings) -> dict:
+    """``--target`` as a target dict; CUDA is refused here with the reason."""
+    from ..workload import parse_target
+
+    target = parse_target(text, settings.measure.threads)
+    if target["kind"] != "llvm":
+        raise ValueError("CUDA targets are compiled (cuda.generic) but cannot be tuned yet: no "
+                         "CUDA timings exist to train a GPU cost model on; use a CPU target")
+    return target
+
+
+def _compare(session) -> dict:
+    """The tuned module, ONNX Runtime (when installed) and PyTorch eager timed in interleaved
+    rounds on the same inputs (wall clock, numpy in and out), and the untuned build."""
+    import tempfile
+    from pathlib import Path
+
+    import numpy as np
+
+    from ..peers.models import (ModelPeer, export_onnx, onnxruntime_peer, time_interleaved,
+                                torch_peer, warm)
+
+    threads = session.settings.measure.threads
+    module, example = session._torch
+    inputs = ([t.numpy() for t in example] if module is not None
+              else session.model.random_inputs(seed=0))
+    peers = {"tuned_ms": ModelPeer("tensortune", lambda a: session.run(*a))}
+    if module is not None:
+        peers["torch_ms"] = torch_peer(module, threads)
+    try:
+        import onnxruntime  # noqa: F401  (the bench extra)
+
+        onnx_path = (Path(session.spec["path"]) if session.spec.get("source") == "onnx" else
+                     export_onnx(module, tuple(example), Path(tempfile.mkdtemp()) / "m.onnx"))
+        peers["onnxruntime_ms"] = onnxruntime_peer(onnx_path, threads)
+    except Exception as err:  # not installed, or the export failed: compare without it
+        console.print(f"[dim]ONNX Runtime not compared: {str(err).splitlines()[0][:120]}[/dim]")
+    for peer in peers.values():
+        warm(peer, inputs)
+    times = time_interleaved({k: (lambda p=p: p.run(inputs)) for k, p in peers.items()},
+                             rounds=3, per_round=10)
+    out = {k: float(np.median(v)) * 1e3 for k, v in times.items()}
+    tuned_module = session.compiled
+    out["untuned_ms"] = session.build(tuned=False).time(repeat=3).median * 1e3
+    session.compiled = tuned_module
+    return out
+
+
+def _tune_measured(session, tunable, trials, scheduler, tuner, cost_model) -> dict:
+    """Tune with measurements under the task scheduler, with a progress bar per task."""
+    from ..session import task_label
+
+    columns = [TextColumn("{task.description:<44}"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("{task.fields[best]}"), TimeElapsedColumn()]
+    with Progress(*columns, console=console) as progress:
+        overall = progress.add_task("[bold]all tasks", total=trials, best="")
+        bars = {task_label(t): progress.add_task(f"{task_label(t)[-38:]} x{t.weight}",
+                                                 total=None, best="") for t in tunable}
+
+        def on_step(prog, charged):
+            best = prog.best
+            progress.update(bars[prog.name], completed=prog.evaluator.trials,
+                            best=f"{best * 1e6:.1f} us" if best < float("inf") else "")
+            progress.advance(overall, charged)
+
+        result = session.tune(trials, scheduler=scheduler, tuner=tuner, on_step=on_step,
+                              cost_model=cost_model)
+    for name, why in result.skipped.items():
+        console.print(f"  skipped {name}: {why}")
+    # every timed candidate was compiled once to be timed
+    return {"trials": result.trials, "compiled": result.trials, "timed": result.trials}
+
+
+def _tune_hardware_free(session, verify_top: int) -> dict:
+    """Pick configs from the shipped model's predictions; print each task's pick."""
+    from ..session import task_label
+
+    def on_task(t, res):
+        pred = res.predicted_seconds
+        console.print(f"  {task_label(t)[-44:]:<44} x{t.weight}: {res.compiled} compiled, "
+                      + (f"predicted {pred * 1e6:.1f} us" if pred else "no valid config"),
+                      highlight=False)
+
+    counts = session.tune_hardware_free(verify_top=verify_top, on_task=on_task)
+    console.print(f"hardware-free: {counts['compiled']} candidates compiled, {counts['timed']} "
+                  f"timed; predicted {counts['predicted_ms']:.2f} ms in the tuned functions")
+    return {"trials": counts["timed"], "compiled": counts["compiled"], "timed": counts["timed"],
+            "predicted_ms": counts["predicted_ms"]}
 
 
 def evaluate(run: str = typer.Argument(..., help="run id (see `tensortune runs`) or directory"),

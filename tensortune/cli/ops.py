@@ -12,7 +12,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from ..settings import Settings
-from ..workload import OPS, Task, WorkloadError, default_target, workload_from_dict
+from ..workload import (OPS, Task, WorkloadError, missing_host_features, parse_target,
+                        workload_from_dict)
 from .common import console
 
 
@@ -74,16 +75,23 @@ def tune_op(
     tuner: str = typer.Option("xgb", help="xgb | gtuner | ensemble | random | grid"),
     features: str = typer.Option("knob", help="cost-model features, e.g. knob or knob+itervar"),
     search: str = typer.Option("sa", help="model-guided search: sa (annealing) | ga (genetic)"),
+    cost_model: str = typer.Option("fresh", help="fresh (a new XGBoost on --features) | "
+                                   "pretrained (the shipped model, fine-tuned on this task)"),
     prescreen: Optional[str] = typer.Option(
         None, help="search on XGBoost over these cheap features (e.g. itervar) and let the model "
                    "pick from its shortlist: for features that compile every candidate (hardware)"),
+    target: str = typer.Option("host", help="host | llvm:<mcpu> (e.g. llvm:znver4; timing "
+                               "needs a host that runs it)"),
+    hardware_free: bool = typer.Option(False, "--hardware-free", help="time no candidate: pick "
+                                       "the config from the shipped cost model's predictions"),
+    verify_top: int = typer.Option(0, help="with --hardware-free: time the K best predicted"),
     log: Optional[Path] = typer.Option(None, help="JSON-lines records (appended; resumed if present)"),
     seed: int = typer.Option(0, help="random seed"),
     as_json: bool = typer.Option(False, "--json", help="end with one JSON summary line on stdout"),
 ):
     """Tune one operator on this CPU and report the best kernel found."""
     from ..peers import fma_peak_gflops
-    from ..tuner import MODEL_TUNERS, SEARCHES, TUNERS, tune_task
+    from ..tuner import COST_MODELS, MODEL_TUNERS, SEARCHES, TUNERS, tune_task
 
     try:
         workload = workload_from_options(op, m, n, k, b, batch, in_features, out_features, bias,
@@ -97,6 +105,10 @@ def tune_op(
     if search not in SEARCHES:
         console.print(f"[red]error:[/red] unknown search {search!r}; choose one of {', '.join(SEARCHES)}")
         raise typer.Exit(2)
+    if cost_model not in COST_MODELS:
+        console.print(f"[red]error:[/red] unknown cost model {cost_model!r}; choose one of "
+                      f"{', '.join(COST_MODELS)}")
+        raise typer.Exit(2)
     if prescreen:
         from ..features import make_extractor
 
@@ -109,11 +121,31 @@ def tune_op(
             console.print(f"[red]error:[/red] {err}")
             raise typer.Exit(2)
     settings = dataclasses.replace(Settings.from_env(), seed=seed)
-    target = settings.target or default_target(settings.measure.threads)
+    try:
+        target = parse_target(target, settings.measure.threads)
+        if target["kind"] != "llvm":
+            raise ValueError("CUDA targets cannot be tuned yet: no CUDA timings exist to train a "
+                             "GPU cost model on; use a CPU target")
+    except ValueError as err:
+        console.print(f"[red]error:[/red] {err}")
+        raise typer.Exit(2)
     task = Task(workload, target)
     log = log or settings.home / "logs" / f"{workload.key}.jsonl"
     console.print(f"tuning {workload.describe()} on {target['mcpu']} "
                   f"({trials} trials, tuner {tuner}); records: {log}")
+
+    if hardware_free or verify_top:
+        if not hardware_free:
+            console.print("[red]error:[/red] --verify-top goes with --hardware-free")
+            raise typer.Exit(2)
+        summary = _hardware_free(task, settings, verify_top, log)
+        console.print(f"hardware-free: {summary['compiled']} candidates compiled, "
+                      f"{summary['timed']} timed; predicted {summary['predicted_us']:.1f} us"
+                      + (f", best timed {summary['best_us']:.1f} us" if summary["best_us"] else ""))
+        if as_json:
+            sys.stdout.write(json.dumps({"op": op, "workload": workload.to_dict(), **summary})
+                             + "\n")
+        return
 
     def corrupt(lineno, reason):
         console.print(f"[yellow]warning:[/yellow] {log}:{lineno}: skipped corrupt record ({reason})")
@@ -131,9 +163,14 @@ def tune_op(
                 best["gflops"] = max(best["gflops"], workload.flops / res.cost / 1e9)
                 progress.update(bar, best=best["gflops"])
 
-        result = tune_task(task, trials, tuner=tuner, log=log, settings=settings,
-                           callbacks=[on_result], features=features, on_corrupt=corrupt,
-                           search=search, prescreen=prescreen)
+        try:
+            result = tune_task(task, trials, tuner=tuner, log=log, settings=settings,
+                               callbacks=[on_result], features=features, on_corrupt=corrupt,
+                               search=search, prescreen=prescreen, cost_model=cost_model)
+        except ValueError as err:  # e.g. a target whose instructions this CPU lacks
+            progress.stop()
+            console.print(f"[red]error:[/red] {err}")
+            raise typer.Exit(2)
     threads = int(target.get("num-cores", 1))
     peak = fma_peak_gflops(threads)
     gflops = workload.flops / result.best_cost / 1e9 if result.best_config else 0.0
@@ -160,6 +197,44 @@ def tune_op(
         sys.stdout.write(json.dumps(summary) + "\n")
     if result.best_config is None:
         raise typer.Exit(1)
+
+
+def _hardware_free(task, settings, verify_top: int, log: Path) -> dict:
+    """The shipped model's pick for ``task`` (``tuner.static``); with ``verify_top`` the K best
+    predicted are timed and recorded in ``log``, and the fastest is the pick."""
+    from ..measure import LocalBuilder, LocalRunner
+    from ..records import RecordWriter
+    from ..tuner import Evaluator, pretrained_model
+    from ..tuner.static import close, compile_in, predict_best
+
+    if verify_top and missing_host_features(task.target):
+        console.print("[red]error:[/red] --verify-top times candidates, but this host cannot run "
+                      f"the target (mcpu {task.target.get('mcpu')})")
+        raise typer.Exit(2)
+    model, _ = pretrained_model(settings.seed)
+    compile_in(model, settings.measure.build_workers)
+    try:
+        res = predict_best(task, model, settings, seed=settings.seed)
+    finally:
+        close(model)
+    if res.best is None:
+        console.print("[red]error:[/red] no config of the space is valid")
+        raise typer.Exit(1)
+    config, best_us, timed = res.best, None, 0
+    if verify_top:
+        m = settings.measure
+        top = [c for c, _ in res.ranked[:verify_top]]
+        with LocalBuilder(m.build_workers, m.build_timeout_s) as builder, \
+                LocalRunner(m) as runner, RecordWriter(log) as writer:
+            measured = Evaluator(task, builder, runner, len(top), [writer.append]).evaluate(top)
+        timed = len(top)
+        ok = [(c, r) for c, r in measured if r.ok]
+        if ok:
+            config, result = min(ok, key=lambda cr: cr[1].cost)
+            best_us = result.cost * 1e6
+    return {"mode": "hardware-free", "compiled": res.compiled, "timed": timed,
+            "predicted_us": (res.predicted_seconds or 0.0) * 1e6, "best_us": best_us,
+            "config": config.to_json(), "search_s": round(res.seconds, 2), "log": str(log)}
 
 
 def best(log: Path = typer.Argument(..., help="records file"),

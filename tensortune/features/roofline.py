@@ -28,13 +28,24 @@ from .hardware_cpu import DYNAMIC, FEATURE_NAMES as HW_NAMES
 
 @dataclass(frozen=True)
 class PortModel:
-    """Instructions of each class one core retires per cycle (Zen 4/5-class defaults)."""
+    """Instructions of each class one core retires per cycle (Zen 5 / Xeon defaults)."""
 
-    fp: float = 2.0  # FMA and other FP arithmetic share two 512-bit pipes
+    fp: float = 2.0  # FMA and other FP arithmetic share two pipes ...
+    fp_bits: int = 512  # ... this wide; a wider vector instruction takes several passes
     load: float = 2.0
     store: float = 1.0
     shuffle: float = 1.0
     issue: float = 6.0
+
+
+# Cores whose FP pipes are narrower than their widest vectors (Zen 4 runs AVX-512 on 256-bit
+# pipes, so a zmm FMA retires at one per cycle, not two); LLVM's -mcpu names.
+PORTS = {"znver3": PortModel(fp_bits=256), "znver4": PortModel(fp_bits=256)}
+
+
+def ports_of(target: dict) -> PortModel:
+    """The port model of an LLVM CPU target, by its ``mcpu``."""
+    return PORTS.get(target.get("mcpu", ""), PortModel())
 
 
 RESOURCES = ("fp", "load", "store", "shuffle", "issue")
@@ -60,8 +71,12 @@ def roofline_rows(hw: np.ndarray, flops: int, cores: int, ports: PortModel = Por
     log_flops = math.log2(max(flops, 1))
     both = {c: _linear(hw, f"{c}_vec") + _linear(hw, f"{c}_scalar")
             for c in ("fma", "arith", "load", "store", "shuffle")}
+    # passes per vector FP instruction: one, unless it is wider than the pipes
+    passes = np.maximum(1.0, hw[:, _COL["vector_bits"]] / ports.fp_bits)
+    fp_ops = (_linear(hw, "fma_vec") + _linear(hw, "arith_vec")) * passes \
+        + _linear(hw, "fma_scalar") + _linear(hw, "arith_scalar")
     cycles = np.stack([
-        (both["fma"] + both["arith"]) / ports.fp, both["load"] / ports.load,
+        fp_ops / ports.fp, both["load"] / ports.load,
         both["store"] / ports.store, both["shuffle"] / ports.shuffle,
         _linear(hw, "log_dynamic_instructions") / ports.issue,
     ], axis=1)
@@ -95,7 +110,7 @@ class RooflineFeatures:
     name = "roofline"
     source = "hardware"  # the extractor this one derives from; make_extractor shares it
 
-    def __init__(self, hardware=None, ports: PortModel = PortModel()):
+    def __init__(self, hardware=None, ports: PortModel | None = None):
         if hardware is None:
             from .hardware_cpu import HardwareCPUFeatures
 
@@ -104,7 +119,7 @@ class RooflineFeatures:
             raise ValueError(f"roofline derives from the {self.source!r} extractor, "
                              f"not {getattr(hardware, 'name', hardware)!r}")
         self.hardware = hardware
-        self.ports = ports
+        self.ports = ports  # None: each task's target's (``ports_of``)
 
     @property
     def dim(self) -> int:
@@ -121,7 +136,8 @@ class RooflineFeatures:
         for idx in by_task.values():
             task = inputs[idx[0]].task
             cores = int(task.target.get("num-cores") or os.cpu_count() or 1)
-            out[idx] = roofline_rows(hw[idx], task.workload.flops, cores, self.ports)
+            out[idx] = roofline_rows(hw[idx], task.workload.flops, cores,
+                                     self.ports or ports_of(task.target))
         return out
 
     def close(self) -> None:

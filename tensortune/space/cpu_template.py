@@ -113,20 +113,20 @@ def generic_cpu(cfg, sch):
         sch.decompose_reduction(main, r_loops[0][0])
     wb_inner = sch.get_loops(write_back)[-1]
     if 1 < _extent(sch, wb_inner) <= VECTOR_MAX:
-        _vectorize(sch, wb_inner)
+        sch.vectorize(wb_inner)
     for p in root_producers:
         p_loops = sch.get_loops(p)
         sch.parallel(sch.fuse(*p_loops[:2]) if len(p_loops) > 2 else p_loops[0])
         if len(p_loops) > 1 and 1 < _extent(sch, p_loops[-1]) <= 1024:
-            _vectorize(sch, p_loops[-1])
+            sch.vectorize(p_loops[-1])
     return sch
 
 
 def _vectorize(sch, loop) -> None:
-    """Vectorize ``loop``. An extent that is not a power of two but has a factor of at least 4
-    (24, 48: three vectors) is split into that power-of-two factor, vectorized, under an
-    unrolled rest: LLVM legalizes a ``<24 x float>`` by scalarizing it (a 1x1 convolution with
-    24 output channels ran at 20 GFLOP/s instead of 150)."""
+    """Vectorize ``loop``, the register tile's. An extent that is not a power of two but has a
+    factor of at least 4 (24, 48: three vectors) is split into that power-of-two factor,
+    vectorized, under an unrolled rest: LLVM legalizes a ``<24 x float>`` by scalarizing it
+    (a 1x1 convolution with 24 output channels ran at 20 GFLOP/s instead of 150)."""
     n = _extent(sch, loop)
     p = n & -n
     if p != n and p >= 4:
@@ -167,7 +167,7 @@ def _pack(sch, main, name, dims, loop, s3_axes, s3_tiles, prepack: bool = False)
         sch.reorder(outer, *[p_loops[o] for o in others], rest)
     loops = sch.get_loops(packed)
     if 1 < _extent(sch, loops[-1]) <= VECTOR_MAX:
-        _vectorize(sch, loops[-1])
+        sch.vectorize(loops[-1])
     if loop is None:
         sch.parallel(loops[0])
 

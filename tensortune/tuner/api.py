@@ -15,7 +15,28 @@ from .loop import TuneLoop, TuneResult
 
 TUNERS = ("xgb", "gtuner", "ensemble", "random", "grid")
 MODEL_TUNERS = ("xgb", "gtuner", "ensemble")
-SEARCHES = ("sa", "ga")
+SEARCHES = ("sa", "ga", "es")
+COST_MODELS = ("fresh", "pretrained")
+
+
+def pretrained_model(seed: int = 0, path=None, cheap_path=None):
+    """The shipped cost model (``cost_model.PretrainedModel``, or the one at ``path``) and the
+    features to search through: when its features compile every candidate, it comes wrapped in
+    ``Prescreened`` with the shipped cheap model (``itervar`` features, also pretrained) as the
+    prescreen, so the search needs no measurement to start; the second value is then None. A
+    model over cheap features comes alone."""
+    from ..cost_model import Prescreened
+    from ..cost_model.pretrained import SHIPPED_CPU, SHIPPED_CPU_CHEAP, PretrainedModel
+    from ..features.store import COSTLY
+
+    model = PretrainedModel.load(path or SHIPPED_CPU, seed=seed)
+    costly = any(part in COSTLY for part in model.extractor.name.split("+"))
+    if not costly:
+        return model, None
+    cheap = Path(cheap_path or SHIPPED_CPU_CHEAP)
+    if cheap.exists():
+        return Prescreened(PretrainedModel.load(cheap, seed=seed), model), None
+    return model, "itervar"
 
 
 def fresh_model(tuner: str, extractor, seed: int = 0, objective: str = "rank"):
@@ -35,7 +56,7 @@ def fresh_model(tuner: str, extractor, seed: int = 0, objective: str = "rank"):
 
 def make_loop(tuner: str, space, settings: Settings, features: str = "knob",
               objective: str = "rank", search: str = "sa", model=None,
-              prescreen: str | None = None, seeds=()) -> TuneLoop:
+              prescreen: str | None = None, seeds=(), cost_model: str = "fresh") -> TuneLoop:
     """A ``TuneLoop`` for a tuner name: ``xgb`` (XGBoost), ``gtuner`` (graph attention network)
     or ``ensemble`` (both) guiding ``search`` (``sa`` annealing or ``ga`` genetic), or
     model-free ``random`` / ``grid``.
@@ -45,14 +66,22 @@ def make_loop(tuner: str, space, settings: Settings, features: str = "knob",
     features and the model pick each batch from its shortlist (``cost_model.Prescreened``): the
     way to tune with features that compile every candidate (``hardware``). ``seeds`` (the
     template's starting points, ``space.task_seeds``) are measured first by the model-guided
-    tuners; ``random`` and ``grid`` stay the plain baselines they are.
+    tuners; ``random`` and ``grid`` stay the plain baselines they are. ``cost_model``
+    ``pretrained`` starts a model-guided tuner from the shipped model (``pretrained_model``),
+    fine-tuned on the task's measurements, instead of a fresh one on ``features``.
     """
     from ..features import make_extractor
     from ..search import STRATEGIES
 
     if search not in SEARCHES:
         raise ValueError(f"unknown search {search!r}; choose one of {', '.join(SEARCHES)}")
+    if cost_model not in COST_MODELS:
+        raise ValueError(f"unknown cost model {cost_model!r}; choose one of "
+                         f"{', '.join(COST_MODELS)}")
     if tuner in MODEL_TUNERS:
+        if model is None and cost_model == "pretrained":
+            model, needs = pretrained_model(settings.seed)
+            prescreen = prescreen or needs
         if model is None:
             model = fresh_model(tuner, make_extractor(features), settings.seed, objective)
         if prescreen:
@@ -75,12 +104,13 @@ def tune_task(task: Task, trials: int, tuner: str = "xgb", log: str | Path | Non
               callbacks: Sequence[Callable[[MeasureInput, MeasureResult], None]] = (),
               resume: bool = True, features: str = "knob",
               on_corrupt: Callable[[int, str], None] | None = None, search: str = "sa",
-              model=None, prescreen: str | None = None) -> TuneResult:
+              model=None, prescreen: str | None = None,
+              cost_model: str = "fresh") -> TuneResult:
     """Tune ``task`` for ``trials`` new measurements, appending every one to ``log``.
 
     With ``resume`` the log's earlier measurements of this task are skipped and warm-start the
     cost model, so a killed run continues where it stopped. ``search`` and ``model`` are as in
-    ``make_loop``, and so is ``prescreen``.
+    ``make_loop``, and so are ``prescreen`` and ``cost_model``.
     """
     settings = settings or Settings()
     if trials < 0:
@@ -93,7 +123,7 @@ def tune_task(task: Task, trials: int, tuner: str = "xgb", log: str | Path | Non
     space = task_space(task)
     seeds = task_seeds(task, space) if settings.search.seeds else ()
     loop = make_loop(tuner, space, settings, features, search=search, model=model,
-                     prescreen=prescreen, seeds=seeds)
+                     prescreen=prescreen, seeds=seeds, cost_model=cost_model)
     history = []
     if log is not None and resume and Path(log).exists():
         for rec in records_for(load_records(log, on_corrupt=on_corrupt), task):

@@ -22,18 +22,70 @@ def default_target(num_cores: int | None = None) -> dict:
     return {"kind": "llvm", "mcpu": cpu, "num-cores": int(num_cores or os.cpu_count() or 1)}
 
 
-def host_cpu(llvm_cpu: str, cpuinfo: str, known) -> str:
-    """The ``mcpu`` for this host: LLVM's guess, unless the flags say better.
+def parse_target(text: str, num_cores: int | None = None) -> dict:
+    """A target from the command line: ``host``, ``llvm:<mcpu>`` (any CPU LLVM knows, e.g.
+    ``llvm:znver3``) or ``cuda:<arch>`` (e.g. ``cuda:sm_90``)."""
+    from tvm.target import codegen
 
-    Cloud VMs often report a made-up CPU model, so LLVM guesses an older or client part (a Zen 5
-    as a generic Intel, a Sapphire Rapids Xeon as a Rocket Lake desktop); the ISA flags are
-    trusted instead. ``known(name)`` says whether LLVM knows an ``mcpu``."""
+    kind, _, rest = text.strip().partition(":")
+    if kind == "host" and not rest:
+        return default_target(num_cores)
+    if kind == "llvm" and rest:
+        if not codegen.llvm_is_valid_cpu(rest, "x86_64-pc-linux-gnu"):
+            raise ValueError(f"LLVM knows no x86 CPU {rest!r} (e.g. znver3, znver4, "
+                             "sapphirerapids, skylake-avx512)")
+        return {"kind": "llvm", "mcpu": rest, "num-cores": int(num_cores or os.cpu_count() or 1)}
+    if kind == "cuda" and rest.startswith("sm_") and rest[3:].isdigit():
+        return {"kind": "cuda", "arch": rest}
+    raise ValueError(f"bad target {text!r}: use host, llvm:<mcpu> (e.g. llvm:znver3) or "
+                     "cuda:<arch> (e.g. cuda:sm_90)")
+
+
+def host_cpu(llvm_cpu: str, cpuinfo: str, known) -> str:
+    """The ``mcpu`` for this host: LLVM's name where it knows the core, else the core that the
+    CPUID family and model name, else what the ISA flags imply.
+
+    Cloud VMs often report a made-up CPU model, so LLVM may fall back to a generic name
+    (``x86-64-v4``) or guess a client part (a Sapphire Rapids Xeon as a Rocket Lake desktop);
+    an AMX unit or an AMD family/model then says better. ``known(name)`` says whether LLVM
+    knows an ``mcpu``."""
     amd, intel = "AuthenticAMD" in cpuinfo, "GenuineIntel" in cpuinfo
-    if amd and " avx512f" in cpuinfo and known("znver5"):
-        return "znver5"
-    if intel and " amx_tile" in cpuinfo and known("sapphirerapids"):
+    flags = _field(cpuinfo, "flags").split()
+    if intel and "amx_tile" in flags and llvm_cpu != "sapphirerapids" \
+            and known("sapphirerapids") and not llvm_cpu.endswith(("rapids", "diamond")):
         return "sapphirerapids"
+    if amd and not llvm_cpu.startswith("znver"):
+        core = amd_core(_int(_field(cpuinfo, "cpu family")), _int(_field(cpuinfo, "model")))
+        if core is None and "avx512f" in flags:
+            core = "znver4"  # the first AMD core with AVX-512
+        if core and known(core):
+            return core
     return llvm_cpu
+
+
+def amd_core(family: int | None, model: int | None) -> str | None:
+    """LLVM's name for an AMD core by CPUID family and model (the ranges of LLVM's
+    ``getAMDProcessorTypeAndSubtype``): family 19h is Zen 3 or Zen 4, 1Ah Zen 5."""
+    if family == 0x1A:
+        return "znver5"
+    if family == 0x19 and model is not None:
+        zen4 = (0x10 <= model <= 0x1F or 0x60 <= model <= 0x7F or 0xA0 <= model <= 0xAF)
+        return "znver4" if zen4 else "znver3"
+    if family == 0x17 and model is not None:
+        return "znver2" if model >= 0x30 else "znver1"
+    return None
+
+
+def _field(cpuinfo: str, key: str) -> str:
+    for line in cpuinfo.splitlines():
+        name, _, value = line.partition(":")
+        if name.strip() == key:
+            return value.strip()
+    return ""
+
+
+def _int(text: str) -> int | None:
+    return int(text) if text.isdigit() else None
 
 
 # ISA extensions whose absence kills a kernel with SIGILL, as LLVM and /proc/cpuinfo name them

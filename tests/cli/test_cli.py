@@ -63,3 +63,98 @@ def test_bad_prescreen_is_refused():
     assert res.exit_code == 2 and "unknown feature extractor" in res.output and "vibes" in res.output
     res = runner.invoke(app, base + ["--tuner", "random", "--prescreen", "itervar"])
     assert res.exit_code == 2 and "--prescreen needs a model-guided tuner" in res.output
+
+
+def test_tune_model_compares_with_onnxruntime_and_hardware_free_times_nothing(tmp_path,
+                                                                             monkeypatch):
+    import json
+
+    torch = __import__("pytest").importorskip("torch")
+    from tests.test_session import _tiny
+
+    monkeypatch.setenv("TENSORTUNE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("TENSORTUNE_MIN_REPEAT_MS", "1")
+    module, inputs = _tiny()
+    path = tmp_path / "tiny.onnx"
+    torch.onnx.export(module, inputs, str(path), input_names=["x"], dynamo=False)
+    res = runner.invoke(app, ["tune-model", str(path), "--trials", "8", "--json"])
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.output.strip().splitlines()[-1])
+    assert summary["trials"] == summary["timed"] == 8
+    assert summary["onnxruntime_ms"] > 0 and summary["untuned_ms"] > 0
+    assert "ONNX Runtime" in res.output
+    res = runner.invoke(app, ["tune-model", str(path), "--hardware-free", "--no-compare", "--json"])
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.output.strip().splitlines()[-1])
+    assert summary["timed"] == 0 and summary["compiled"] > 0 and summary["tuned_ms"] > 0
+    res = runner.invoke(app, ["tune-model", str(path), "--verify-top", "2"])
+    assert res.exit_code == 2 and "--hardware-free" in res.output
+
+
+def test_tune_op_hardware_free_compiles_but_times_only_the_verified(tmp_path, monkeypatch):
+    monkeypatch.setenv("TENSORTUNE_MIN_REPEAT_MS", "2")
+    log = tmp_path / "r.jsonl"
+    base = ["tune-op", "matmul", "--m", "64", "--n", "64", "--k", "64", "--log", str(log),
+            "--json", "--hardware-free"]
+    res = runner.invoke(app, base)
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.stdout.strip().splitlines()[-1])
+    assert summary["timed"] == 0 and summary["compiled"] > 0 and summary["predicted_us"] > 0
+    assert summary["config"] and not log.exists()
+    res = runner.invoke(app, base + ["--verify-top", "2"])
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.stdout.strip().splitlines()[-1])
+    assert summary["timed"] == 2 and summary["best_us"] > 0
+    assert len(log.read_text().splitlines()) == 2
+    res = runner.invoke(app, ["tune-op", "matmul", "--m", "4", "--n", "4", "--k", "4",
+                              "--verify-top", "2"])
+    assert res.exit_code == 2 and "--hardware-free" in res.output
+
+
+def test_targets_are_parsed_and_foreign_ones_are_not_timed(tmp_path):
+    res = runner.invoke(app, ["tune-op", "matmul", "--m", "8", "--n", "8", "--k", "8",
+                              "--target", "llvm:zen9"])
+    assert res.exit_code == 2 and "LLVM knows no x86 CPU 'zen9'" in res.output
+    res = runner.invoke(app, ["tune-op", "matmul", "--m", "8", "--n", "8", "--k", "8",
+                              "--target", "cuda:sm_90"])
+    assert res.exit_code == 2 and "CUDA" in res.output
+    # a CPU with instructions this one lacks (AVX-512 on an AVX2 host, or AMX elsewhere) can
+    # still be tuned without timing: its config comes from the model
+    foreign = "sapphirerapids"
+    from tensortune.workload import missing_host_features
+
+    if missing_host_features({"kind": "llvm", "mcpu": foreign}):
+        base = ["tune-op", "matmul", "--m", "64", "--n", "64", "--k", "64", "--target",
+                f"llvm:{foreign}", "--log", str(tmp_path / "f.jsonl"), "--trials", "4"]
+        res = runner.invoke(app, base)
+        assert res.exit_code == 2 and "lacks" in res.output
+        res = runner.invoke(app, base + ["--hardware-free", "--json"])
+        assert res.exit_code == 0, res.output
+
+
+def test_costmodel_train_writes_a_json_model_with_provenance(tmp_path):
+    import hashlib
+    from pathlib import Path
+
+    from tensortune.cost_model import PretrainedModel
+    from tensortune.dataset import load_dataset
+    from tensortune.measure.types import MeasureInput
+
+    data = Path(__file__).resolve().parents[2] / "data" / "cpu-zen3.jsonl.gz"
+    out = tmp_path / "m.json"
+    res = runner.invoke(app, ["costmodel", "train", "--dataset", str(data), "--features",
+                              "itervar", "--out", str(out), "--no-store"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(out.read_text())
+    source = doc["provenance"]["datasets"][0]
+    assert source["sha256"] == hashlib.sha256(data.read_bytes()).hexdigest()
+    assert source["tasks"] == 16 and doc["provenance"]["features"] == "itervar"
+    assert doc["provenance"]["tvm"].startswith("0.27")
+    model = PretrainedModel.load(out)
+    task = load_dataset(data).tasks[0]
+    scores = model.predict(list(task.inputs[:5]))
+    assert scores.shape == (5,) and len(set(scores.round(6))) > 1
+    assert isinstance(task.inputs[0], MeasureInput)
+    res = runner.invoke(app, ["costmodel", "train", "--dataset", str(data), "--out",
+                              str(out), "--holdout"])
+    assert res.exit_code != 0 and "--holdout needs a dataset of several models" in res.output

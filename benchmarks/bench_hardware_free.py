@@ -1,0 +1,107 @@
+"""Hardware-free tuning against measured tuning, on whole models.
+
+For each model, in this one process: tune it with measurements (``--trials``, the default cost
+model) or reuse such a run (``--tuned-home``), then tune it ``--hardware-free`` (no candidate
+timed) and, with ``--verify-top K``, hardware-free with the K best predicted configs of each
+task timed; build each, time all of them in interleaved rounds (numpy in, numpy out), and
+print a table of latency, tuning time and candidates compiled and timed, and one JSON line.
+
+    python benchmarks/bench_hardware_free.py [--models resnet18,mobilenet_v2] [--trials 800]
+        [--tuned-home DIR] [--verify-top 2] [--home DIR]
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from tensortune.measure import use_threads
+from tensortune.peers.models import time_interleaved
+from tensortune.session import Session
+from tensortune.settings import Settings
+
+
+def measured(name: str, settings: Settings, trials: int) -> tuple[Session, dict]:
+    s = Session.from_zoo(name, settings=settings)
+    start = time.perf_counter()
+    result = s.tune(trials)
+    s.build()
+    return s, {"tune_s": time.perf_counter() - start, "compiled": result.trials,
+               "timed": result.trials}
+
+
+def hardware_free(name: str, settings: Settings, verify_top: int) -> tuple[Session, dict]:
+    s = Session.from_zoo(name, settings=settings)
+    start = time.perf_counter()
+    counts = s.tune_hardware_free(verify_top=verify_top)
+    s.build()
+    return s, {"tune_s": time.perf_counter() - start, "compiled": counts["compiled"],
+               "timed": counts["timed"], "predicted_ms": counts["predicted_ms"]}
+
+
+def bench_one(name: str, args, home: Path) -> dict:
+    base = Settings.from_env()
+    rows = {}
+    if args.tuned_home:  # a measured run of this model already tuned there: rebuild it
+        s = Session.from_zoo(name, settings=dataclasses.replace(base, home=Path(args.tuned_home)))
+        s.build()
+        runs = [json.loads(p.read_text()) for p in
+                sorted(Path(args.tuned_home, "runs").glob(f"*-{name}-*/run.json"))]
+        info = runs[-1] if runs else {}
+        trials = info.get("trials", 0)
+        rows[f"measured, {trials} trials"] = (s, {"tune_s": info.get("stages", {}).get("tune"),
+                                                   "compiled": trials, "timed": trials})
+    else:
+        settings = dataclasses.replace(base, home=home / f"measured-{name}")
+        rows[f"measured, {args.trials} trials"] = measured(name, settings, args.trials)
+    rows["hardware-free"] = hardware_free(name, dataclasses.replace(
+        base, home=home / f"free-{name}"), 0)
+    if args.verify_top:
+        rows[f"hardware-free, top {args.verify_top} timed"] = hardware_free(
+            name, dataclasses.replace(base, home=home / f"verify-{name}"), args.verify_top)
+    first = next(iter(rows.values()))[0]
+    x = first.model.random_inputs(seed=0)
+    times = time_interleaved({k: (lambda s=s: s.run(*x)) for k, (s, _) in rows.items()},
+                             rounds=args.rounds, per_round=args.per_round)
+    out = {"model": name, "rows": {}}
+    reference = None
+    for label, (s, info) in rows.items():
+        ms = float(np.median(times[label])) * 1e3
+        reference = reference or ms
+        out["rows"][label] = {**info, "ms": ms, "vs_measured": ms / reference}
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default="resnet18,mobilenet_v2")
+    ap.add_argument("--trials", type=int, default=800)
+    ap.add_argument("--tuned-home", default=None,
+                    help="reuse the measured runs under this home instead of tuning again")
+    ap.add_argument("--verify-top", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--per-round", type=int, default=10)
+    ap.add_argument("--home", default=None)
+    args = ap.parse_args(argv)
+    home = Path(args.home or tempfile.mkdtemp(prefix="tt-bench-free-"))
+    use_threads(Settings.from_env().measure.threads)
+    results = [bench_one(m.strip(), args, home) for m in args.models.split(",") if m.strip()]
+    print("\n| model | tuning | latency ms | vs measured | tune s | compiled | timed |\n"
+          "|---|---|---|---|---|---|---|")
+    for r in results:
+        for label, row in r["rows"].items():
+            tune = "-" if row["tune_s"] is None else f"{row['tune_s']:.0f}"
+            print(f"| {r['model']} | {label} | {row['ms']:.2f} | {row['vs_measured']:.2f} | "
+                  f"{tune} | {row['compiled']} | {row['timed']} |")
+    print(json.dumps({"home": str(home), "results": results}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

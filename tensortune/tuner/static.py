@@ -1,0 +1,105 @@
+"""Hardware-free tuning (Tuna, seed 001): each task's config from a pretrained model's
+predictions, with nothing run on the target.
+
+Evolution strategies (``search.evolution``) walk the task's space on the cheap model's scores
+(``itervar`` features: the schedule is lowered, not compiled), starting from the template's seed
+configs; the ``shortlist`` best distinct configs they meet, and the seeds, are then compiled and
+ranked by the costly model (hardware features of the generated assembly). The result ranks
+them by predicted throughput; ``compiled`` counts the candidates compiled for features.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..measure.types import MeasureInput
+from ..settings import Settings
+from ..space import Config, InvalidConfigError, apply_config, task_seeds, task_space
+from ..workload import Task
+
+
+@dataclass(frozen=True)
+class StaticResult:
+    """Configs of ``task`` ranked by the model, best first, with predicted TFLOP/s (None when
+    the model predicts a score, not a throughput)."""
+
+    task: Task
+    ranked: tuple[tuple[Config, float | None], ...]
+    compiled: int
+    seconds: float
+
+    @property
+    def best(self) -> Config | None:
+        return self.ranked[0][0] if self.ranked else None
+
+    @property
+    def predicted_seconds(self) -> float | None:
+        """The best config's predicted time per call."""
+        if not self.ranked or not self.ranked[0][1]:
+            return None
+        return float(self.task.workload.flops) / (self.ranked[0][1] * 1e12)
+
+
+# a small search: the cheap features still lower every candidate (about 10 ms each), and the
+# seeds it starts from are good already
+STATIC_ES = {"es_starts": 4, "es_population": 8, "es_generations": 6}
+
+
+def predict_best(task: Task, model, settings: Settings, shortlist: int = 16,
+                 seed: int = 0) -> StaticResult:
+    """Rank configs of ``task`` by ``model`` (a ``PretrainedModel``, or one wrapped in
+    ``Prescreened`` with a cheap one) without running any; see the module docstring."""
+    from ..search.evolution import evolve
+
+    start = time.perf_counter()
+    space = task_space(task)
+    seeds = task_seeds(task, space) if settings.search.seeds else ()
+    cheap = getattr(model, "prescreen", None) or model
+    costly = getattr(model, "costly", model)
+
+    def score(configs):
+        return np.asarray(cheap.predict([MeasureInput(task, c) for c in configs]), dtype=float)
+
+    rng = np.random.default_rng(seed)
+    search = dataclasses.replace(settings.search, **STATIC_ES)
+    found = evolve(space, score, shortlist, frozenset(), rng, search, seeds)
+    candidates = [c for c in dict.fromkeys([*seeds, *found]) if _valid(task, c, space)]
+    if not candidates:
+        return StaticResult(task, (), 0, time.perf_counter() - start)
+    inputs = [MeasureInput(task, c) for c in candidates]
+    if costly is cheap:
+        scores, compiled = score(candidates), 0
+    else:
+        scores, compiled = np.asarray(costly.predict(inputs), dtype=float), len(candidates)
+    scale = getattr(costly, "label_scale", None)
+    order = np.argsort(-scores, kind="stable")
+    ranked = tuple((candidates[i], float(scores[i]) * scale if scale else None) for i in order)
+    return StaticResult(task, ranked, compiled, time.perf_counter() - start)
+
+
+def compile_in(model, workers: int) -> None:
+    """Let ``model``'s compiling features (``hardware``) use ``workers`` processes: while
+    hardware-free tuning nothing else needs the cores."""
+    extractor = getattr(getattr(model, "costly", model), "extractor", None)
+    for part in getattr(extractor, "parts", [extractor]):
+        for ex in (part, getattr(part, "hardware", None)):
+            if ex is not None and getattr(ex, "workers", 0) > 0:
+                ex.workers = max(1, workers)
+
+
+def close(model) -> None:
+    """Stop the worker processes of ``model``'s extractors (and its prescreen's)."""
+    for m in (model, getattr(model, "prescreen", None), getattr(model, "costly", None)):
+        getattr(getattr(m, "extractor", None), "close", lambda: None)()
+
+
+def _valid(task: Task, config: Config, space) -> bool:
+    """Whether the template accepts ``config`` (its own limits, e.g. register tile size)."""
+    try:
+        apply_config(task, config, space)
+        return True
+    except InvalidConfigError:
+        return False

@@ -1,0 +1,86 @@
+"""The pretrained cost model: save/load as JSON, fine-tuning on a task, hardware-free picks."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from tensortune.cost_model import Prescreened, PretrainedModel
+from tensortune.features import KnobFeatures
+from tensortune.measure.types import MeasureInput
+from tensortune.settings import Settings
+from tests.test_cost_model import SPACE, TASK, cost, dataset, measure
+
+
+def base_model(n=300, seed=0):
+    """A base trained the way ``evaluation.pretrain`` trains one, on the synthetic task."""
+    import xgboost as xgb
+
+    inputs, results = dataset(n, seed)
+    x = KnobFeatures(SPACE).extract(inputs)
+    flops = TASK.workload.flops
+    y = np.array([flops / r.cost / 1e12 for r in results])
+    scale = float(y.max())  # labels in [0, 1], as in training
+    booster = xgb.train({"objective": "reg:squarederror", "max_depth": 4, "eta": 0.1,
+                         "nthread": 1, "seed": 0, "verbosity": 0},
+                        xgb.DMatrix(x, label=y / scale), num_boost_round=80)
+    return PretrainedModel(booster, KnobFeatures(SPACE), scale, {"datasets": ["synthetic"]})
+
+
+def pearson(model, n=200, seed=5):
+    configs = SPACE.sample_many(n, np.random.default_rng(seed))
+    pred = model.predict([MeasureInput(TASK, c) for c in configs])
+    truth = np.array([1 / cost(c) for c in configs])
+    return float(np.corrcoef(pred, truth)[0, 1])
+
+
+def test_round_trip_is_json_with_provenance_and_predicts_the_same(tmp_path):
+    model = base_model()
+    path = tmp_path / "m.json"
+    model.save(path)
+    doc = json.loads(path.read_text())  # text, not a pickle
+    assert doc["format"] == "tensortune.pretrained" and doc["provenance"]["datasets"]
+    assert doc["extractor"] == "knob" and doc["booster"]["learner"]
+    loaded = PretrainedModel.load(path, extractor=KnobFeatures(SPACE))
+    inputs = [MeasureInput(TASK, c) for c in SPACE.sample_many(20, np.random.default_rng(1))]
+    assert np.allclose(model.predict(inputs), loaded.predict(inputs))
+    assert pearson(loaded) > 0.8
+    # predictions in TFLOP/s: the label scale applies
+    assert np.allclose(loaded.predicted_tflops(inputs), loaded.predict(inputs) * model.label_scale)
+
+
+def test_bad_files_are_named(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"format": "other"}')
+    with pytest.raises(ValueError, match="not a pretrained tensortune model"):
+        PretrainedModel.load(bad)
+    with pytest.raises(ValueError, match="not a pretrained"):
+        PretrainedModel.load(tmp_path / "missing.json")
+
+
+def test_fine_tuning_adds_trees_on_the_base_and_never_forgets_it():
+    weak = base_model(n=12, seed=3)  # a poor base: 12 records
+    before = pearson(weak)
+    inputs, results = dataset(120, 7)
+    weak.fit(inputs[:2], results[:2])  # too few successes: the base alone
+    assert weak._booster is weak.base
+    weak.fit(inputs, results)
+    assert weak._booster is not weak.base
+    assert pearson(weak) > max(before, 0.8)
+    weak.fit([], [])  # back to the base
+    assert abs(pearson(weak) - before) < 1e-9
+
+
+def test_hardware_free_pick_ranks_by_the_model_and_compiles_only_the_shortlist():
+    from tensortune.search.evolution import evolve
+
+    model = base_model()
+    oracle_best = max(SPACE.sample_many(5000, np.random.default_rng(0)), key=lambda c: -cost(c))
+    score = lambda cs: model.predict([MeasureInput(TASK, c) for c in cs])  # noqa: E731
+    found = evolve(SPACE, score, 8, frozenset(), np.random.default_rng(0), Settings().search)
+    assert len(found) == 8
+    # the model's favourite is within 1.5x of the best of 5000 random configs
+    assert cost(found[0]) <= 1.5 * cost(oracle_best)
+    wrapped = Prescreened(model, model, shortlist=2)
+    assert wrapped.predict([MeasureInput(TASK, found[0])]).shape == (1,)
