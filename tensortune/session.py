@@ -183,8 +183,7 @@ class Session:
         replaces the shipped one (``tuner.pretrained_model``)."""
         from .measure import LocalBuilder, LocalRunner
         from .records import RecordWriter
-        from .tuner import Evaluator, pretrained_model
-        from .tuner.static import close, compile_in, predict_best
+        from .tuner.static import predict_best, shipped_model, time_top
         from .workload import missing_host_features
 
         tasks = [t for t in self.extract() if t.tunable]
@@ -192,36 +191,25 @@ class Session:
             raise SessionError("--verify-top times candidates, but this host cannot run the "
                                f"target (mcpu {self.target.get('mcpu')})")
         start = time.perf_counter()
-        if model is None:
-            model, _ = pretrained_model(self.settings.seed)
-        compile_in(model, self.settings.measure.build_workers)
         self.static = {}
-        try:
+        with shipped_model(self.settings, model) as model:
             for t in tasks:
                 self.static[t.key] = predict_best(t.task, model, self.settings,
                                                   seed=self.settings.seed)
                 if on_task:
                     on_task(t, self.static[t.key])
-        finally:
-            close(model)
         timed = 0
         if verify_top:
             m = self.settings.measure
-            builder, runner = LocalBuilder(m.build_workers, m.build_timeout_s), LocalRunner(m)
-            logs = [RecordWriter(self.run_dir / "log.jsonl"), RecordWriter(self.records_path)]
-            try:
+            with LocalBuilder(m.build_workers, m.build_timeout_s) as builder, \
+                    LocalRunner(m) as runner, RecordWriter(self.run_dir / "log.jsonl") as log, \
+                    RecordWriter(self.records_path) as shared:
                 for t in tasks:
-                    top = [c for c, _ in self.static[t.key].ranked[:verify_top]]
-                    ev = Evaluator(t.task, builder, runner, len(top), [w.append for w in logs])
-                    measured = [(c, r) for c, r in ev.evaluate(top) if r.ok]
-                    timed += len(top)
-                    if measured:  # the fastest measured config replaces the prediction's pick
-                        self.verified[t.key] = min(measured, key=lambda cr: cr[1].cost)[0]
-            finally:
-                builder.close()
-                runner.close()
-                for w in logs:
-                    w.close()
+                    config, ran = time_top(self.static[t.key], verify_top, builder, runner,
+                                           [log.append, shared.append])
+                    timed += min(verify_top, len(self.static[t.key].ranked))
+                    if ran is not None:  # the fastest measured config replaces the pick
+                        self.verified[t.key] = config
         predicted = [(t.weight, self.static[t.key].predicted_seconds) for t in tasks]
         summary = {"mode": "hardware-free", "compiled": sum(r.compiled for r in
                                                              self.static.values()),

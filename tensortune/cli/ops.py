@@ -204,34 +204,25 @@ def _hardware_free(task, settings, verify_top: int, log: Path) -> dict:
     predicted are timed and recorded in ``log``, and the fastest is the pick."""
     from ..measure import LocalBuilder, LocalRunner
     from ..records import RecordWriter
-    from ..tuner import Evaluator, pretrained_model
-    from ..tuner.static import close, compile_in, predict_best
+    from ..tuner.static import predict_best, shipped_model, time_top
 
     if verify_top and missing_host_features(task.target):
         console.print("[red]error:[/red] --verify-top times candidates, but this host cannot run "
                       f"the target (mcpu {task.target.get('mcpu')})")
         raise typer.Exit(2)
-    model, _ = pretrained_model(settings.seed)
-    compile_in(model, settings.measure.build_workers)
-    try:
+    with shipped_model(settings) as model:
         res = predict_best(task, model, settings, seed=settings.seed)
-    finally:
-        close(model)
     if res.best is None:
         console.print("[red]error:[/red] no config of the space is valid")
         raise typer.Exit(1)
     config, best_us, timed = res.best, None, 0
     if verify_top:
         m = settings.measure
-        top = [c for c, _ in res.ranked[:verify_top]]
         with LocalBuilder(m.build_workers, m.build_timeout_s) as builder, \
                 LocalRunner(m) as runner, RecordWriter(log) as writer:
-            measured = Evaluator(task, builder, runner, len(top), [writer.append]).evaluate(top)
-        timed = len(top)
-        ok = [(c, r) for c, r in measured if r.ok]
-        if ok:
-            config, result = min(ok, key=lambda cr: cr[1].cost)
-            best_us = result.cost * 1e6
+            config, ran = time_top(res, verify_top, builder, runner, [writer.append])
+        timed = min(verify_top, len(res.ranked))
+        best_us = ran.cost * 1e6 if ran is not None else None
     return {"mode": "hardware-free", "compiled": res.compiled, "timed": timed,
             "predicted_us": (res.predicted_seconds or 0.0) * 1e6, "best_us": best_us,
             "config": config.to_json(), "search_s": round(res.seconds, 2), "log": str(log)}

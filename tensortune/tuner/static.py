@@ -9,6 +9,7 @@ them by predicted throughput; ``compiled`` counts the candidates compiled for fe
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from dataclasses import dataclass
@@ -78,6 +79,32 @@ def predict_best(task: Task, model, settings: Settings, shortlist: int = 16,
     order = np.argsort(-scores, kind="stable")
     ranked = tuple((candidates[i], float(scores[i]) * scale if scale else None) for i in order)
     return StaticResult(task, ranked, compiled, time.perf_counter() - start)
+
+
+@contextlib.contextmanager
+def shipped_model(settings: Settings, model=None):
+    """The shipped cost model (or ``model``) for hardware-free picks, its compiling features in
+    ``build_workers`` processes, which are stopped on exit."""
+    if model is None:
+        from .api import pretrained_model
+
+        model, _ = pretrained_model(settings.seed)
+    compile_in(model, settings.measure.build_workers)
+    try:
+        yield model
+    finally:
+        close(model)
+
+
+def time_top(result: StaticResult, k: int, builder, runner, callbacks=()):
+    """Time the ``k`` best predicted configs of ``result``'s task; returns the fastest that ran
+    and its ``MeasureResult``, or the predicted best and None when none ran."""
+    from .evaluator import Evaluator
+
+    top = [c for c, _ in result.ranked[:k]]
+    measured = Evaluator(result.task, builder, runner, len(top), list(callbacks)).evaluate(top)
+    ok = [(c, r) for c, r in measured if r.ok]
+    return min(ok, key=lambda cr: cr[1].cost) if ok else (result.best, None)
 
 
 def compile_in(model, workers: int) -> None:
