@@ -86,6 +86,10 @@ def test_graph_options_are_a_checked_value():
     assert GraphOptions.of("NCHW") == GraphOptions(layout="nchw")
     options = GraphOptions(winograd=False, winograd_channels=64)
     assert GraphOptions.of(options.to_json()) == options
+    # a spec saved before the expand-depthwise fusion existed means no fusion
+    assert GraphOptions.of({"layout": "nhwc"}).expand_depthwise is False
+    with pytest.raises(ValueError, match="expand_depthwise_kib"):
+        GraphOptions(expand_depthwise_kib=-1)
     with pytest.raises(ValueError, match="unknown graph option.*'tile'"):
         GraphOptions.of({"tile": 4})
     with pytest.raises(ValueError, match="unknown layout"):

@@ -33,6 +33,8 @@ def tune_model(
     layout: str = typer.Option("nhwc", help="activation layout: nhwc (channels last) | nchw"),
     winograd: bool = typer.Option(True, help="3x3 stride-1 convolutions as Winograd (nhwc)"),
     fast_math: bool = typer.Option(True, help="GELU, softmax, exp, erf, tanh as polynomials"),
+    expand_depthwise: bool = typer.Option(True, help="a 1x1 convolution and the 3x3 depthwise "
+                                          "one after it as one kernel (nhwc, >= 1 MiB between)"),
     compare: bool = typer.Option(True, help="also time PyTorch eager and the untuned build"),
     as_json: bool = typer.Option(False, "--json", help="end with one JSON summary line on stdout"),
 ):
@@ -45,7 +47,8 @@ def tune_model(
     settings = dataclasses.replace(Settings.from_env(), seed=seed)
     try:
         settings = dataclasses.replace(settings, target=_cpu_target(target, settings))
-        graph = GraphOptions(layout=layout, winograd=winograd, fast_math=fast_math)
+        graph = GraphOptions(layout=layout, winograd=winograd, fast_math=fast_math,
+                             expand_depthwise=expand_depthwise)
         if model.endswith(".onnx"):
             session = Session.from_onnx(model, settings=settings, graph=graph)
         elif model in ZOO:

@@ -11,7 +11,9 @@ operands (copied per tile, the vectorized dimension moved innermost), and an unr
 from __future__ import annotations
 
 from .analysis import TemplateMismatch, analyze, is_tiled, short_name
+from .cpu_expand_depthwise import expand_depthwise_cpu, is_expand_depthwise
 from .cpu_rowwise import rowwise_cpu
+from .loops import extent, vectorize_vectors
 from .space import InvalidConfigError
 
 VECTOR_MAX = 64  # lanes of one vectorized inner loop (LLVM splits into zmm registers)
@@ -24,9 +26,12 @@ PREPACK_ANNOTATION = "meta_schedule.layout_rewrite_preproc"  # what TVM's split 
 
 def generic_cpu(cfg, sch):
     """Define (with a ``SpaceBuilder``) or apply (with a ``ConfigSource``) the CPU space: the
-    tiling below for one reduction, ``cpu_rowwise`` for everything else."""
+    tiling below for one reduction, ``cpu_expand_depthwise`` for a fused expand-then-depthwise
+    pair, ``cpu_rowwise`` for everything else."""
     from tvm.tirx import IndexMap
 
+    if is_expand_depthwise(sch):
+        return expand_depthwise_cpu(cfg, sch)
     if not is_tiled(sch):
         return rowwise_cpu(cfg, sch)
     info = analyze(sch)
@@ -105,36 +110,21 @@ def generic_cpu(cfg, sch):
         sch.annotate(outer_loop, "pragma_auto_unroll_max_step", unroll)
         sch.annotate(outer_loop, "pragma_unroll_explicit", 1)
     for loop in s3[:-1]:
-        if _extent(sch, loop) > 1:
+        if extent(sch, loop) > 1:
             sch.unroll(loop)
     if s_tiles[vi][-1] > 1:
-        _vectorize(sch, s3[-1])
+        vectorize_vectors(sch, s3[-1])
     if n_r:
         sch.decompose_reduction(main, r_loops[0][0])
     wb_inner = sch.get_loops(write_back)[-1]
-    if 1 < _extent(sch, wb_inner) <= VECTOR_MAX:
+    if 1 < extent(sch, wb_inner) <= VECTOR_MAX:
         sch.vectorize(wb_inner)
     for p in root_producers:
         p_loops = sch.get_loops(p)
         sch.parallel(sch.fuse(*p_loops[:2]) if len(p_loops) > 2 else p_loops[0])
-        if len(p_loops) > 1 and 1 < _extent(sch, p_loops[-1]) <= 1024:
+        if len(p_loops) > 1 and 1 < extent(sch, p_loops[-1]) <= 1024:
             sch.vectorize(p_loops[-1])
     return sch
-
-
-def _vectorize(sch, loop) -> None:
-    """Vectorize ``loop``, the register tile's. An extent that is not a power of two but has a
-    factor of at least 4 (24, 48: three vectors) is split into that power-of-two factor,
-    vectorized, under an unrolled rest: LLVM legalizes a ``<24 x float>`` by scalarizing it
-    (a 1x1 convolution with 24 output channels ran at 20 GFLOP/s instead of 150)."""
-    n = _extent(sch, loop)
-    p = n & -n
-    if p != n and p >= 4:
-        outer, inner = sch.split(loop, [n // p, p])
-        sch.unroll(outer)
-        sch.vectorize(inner)
-    else:
-        sch.vectorize(loop)
 
 
 def _pack(sch, main, name, dims, loop, s3_axes, s3_tiles, prepack: bool = False) -> None:
@@ -166,7 +156,7 @@ def _pack(sch, main, name, dims, loop, s3_axes, s3_tiles, prepack: bool = False)
         outer, rest = sch.split(p_loops[d], [None, tile])
         sch.reorder(outer, *[p_loops[o] for o in others], rest)
     loops = sch.get_loops(packed)
-    if 1 < _extent(sch, loops[-1]) <= VECTOR_MAX:
+    if 1 < extent(sch, loops[-1]) <= VECTOR_MAX:
         sch.vectorize(loops[-1])
     if loop is None:
         sch.parallel(loops[0])
@@ -178,7 +168,3 @@ def _panel(d, others, tile):
 
 def _permutation(perm):
     return lambda *idx: [idx[d] for d in perm]
-
-
-def _extent(sch, loop) -> int:
-    return int(sch.get(loop).extent)

@@ -21,6 +21,7 @@ against the space, so a shape the recipe does not fit just yields fewer seeds.
 from __future__ import annotations
 
 from .analysis import analyze, is_tiled, short_name
+from .cpu_expand_depthwise import expand_depthwise_seeds, is_expand_depthwise
 from .config import Config
 from .space import ConfigSpace
 
@@ -40,6 +41,8 @@ def cpu_seeds(space: ConfigSpace, prim_func, lanes: int = 8, threads: int = 2,
     from tvm.s_tir import Schedule
 
     sch = Schedule(prim_func)
+    if is_expand_depthwise(sch):
+        return expand_depthwise_seeds(space, sch, lanes)[:limit]
     if not is_tiled(sch):
         return _rowwise_seeds(space, lanes)[:limit]
     info = analyze(sch)
@@ -94,10 +97,12 @@ def cpu_seeds(space: ConfigSpace, prim_func, lanes: int = 8, threads: int = 2,
 def _vector_tiles(extent: int, lanes: int) -> list[int]:
     """Register-tile widths for the vectorized axis: the first three of 2, 1, 3 or 4 whole
     vectors that divide it (3 x 8 lanes with 4 rows is AVX2's classic 12-accumulator tile),
-    else its largest divisor up to two vectors."""
-    whole = [m * lanes for m in (2, 1, 3, 4) if extent % (m * lanes) == 0]
-    if whole:
-        return whole[:3]
+    else of half vectors (120 channels with AVX-512: 8 and 24 lanes, not a 30-lane vector and a
+    half), else its largest divisor up to two vectors."""
+    for width in (lanes, lanes // 2):
+        whole = [m * width for m in (2, 1, 3, 4) if width >= 4 and extent % (m * width) == 0]
+        if whole:
+            return whole[:3]
     return [max(d for d in range(1, min(extent, 2 * lanes) + 1) if extent % d == 0)]
 
 

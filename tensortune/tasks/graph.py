@@ -15,17 +15,23 @@ class GraphOptions:
     """``layout``: ``nhwc`` (channels last, ``tasks.layout``) or ``nchw`` (the model's own);
     ``winograd``: 3x3 stride-1 convolutions of at least ``winograd_channels`` channels as
     Winograd F(m, 3) (``tasks.winograd``; NHWC only); ``fast_math``: GELU, softmax, exp, erf
-    and tanh as vectorizable polynomials (``tasks.fastmath``)."""
+    and tanh as vectorizable polynomials (``tasks.fastmath``); ``expand_depthwise``: a 1x1
+    convolution and the 3x3 depthwise convolution after it as one function where the expanded
+    tensor is at least ``expand_depthwise_kib`` (``tasks.expand_depthwise``; NHWC only)."""
 
     layout: str = DEFAULT_LAYOUT
     winograd: bool = True
     winograd_channels: int = 32
     fast_math: bool = True
+    expand_depthwise: bool = True
+    expand_depthwise_kib: int = 1024
 
     def __post_init__(self):
         object.__setattr__(self, "layout", check_layout(self.layout))
         if self.winograd_channels < 1:
             raise ValueError(f"winograd_channels must be positive, got {self.winograd_channels}")
+        if self.expand_depthwise_kib < 0:
+            raise ValueError(f"expand_depthwise_kib must be >= 0, got {self.expand_depthwise_kib}")
 
     @staticmethod
     def of(value=None) -> "GraphOptions":
@@ -43,6 +49,8 @@ class GraphOptions:
             if unknown:
                 raise ValueError(f"unknown graph option(s) {sorted(unknown)}; known: "
                                  f"{', '.join(sorted(known))}")
+            # a run saved before the fusion existed was tuned and built without it
+            value = {"expand_depthwise": False, **value}
             return GraphOptions(**value)
         raise TypeError(f"graph options must be GraphOptions, str or dict, not "
                         f"{type(value).__name__}")
@@ -54,6 +62,10 @@ class GraphOptions:
         """``mod`` (inference-ready Relax) converted to the layout, then Winograd and fast
         math applied."""
         mod = convert_layout(mod, self.layout)
+        if self.expand_depthwise and self.layout == "nhwc":
+            from .expand_depthwise import expand_depthwise_pass
+
+            mod = expand_depthwise_pass(self.expand_depthwise_kib * 1024)(mod)
         if self.fast_math:
             from .fastmath import fast_math_pass
 
