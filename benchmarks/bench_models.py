@@ -6,8 +6,9 @@ tuned tensortune module, ONNX Runtime, OpenVINO, PyTorch eager, ``torch.compile`
 untuned (and MetaSchedule's ``tune_relax`` at the same trials with ``--metaschedule``; about an
 hour per model here). Every engine is timed the way a user calls it: numpy in, numpy out,
 wall clock around the call. Every output is checked against PyTorch (against ONNX Runtime for
-an ``.onnx`` file). Prints a table of latencies and ratios, each model's per-function profile,
-and one JSON line.
+an ``.onnx`` file). Prints each model's latencies and per-function profile as it finishes (and
+saves its row as ``bench-<model>.json`` under the home), then a table of latencies and ratios
+and one JSON line; a model that fails is named and the others still run.
 
     python benchmarks/bench_models.py [--models resnet18,mobilenet_v2,resnet50,bert_base]
         [--trials 1000] [--onnx model.onnx] [--metaschedule] [--home DIR] [--reuse]
@@ -178,8 +179,20 @@ def main(argv=None) -> int:
     peak = fma_peak_gflops(threads)
     print(f"home {home}, threads {threads}, trials {args.trials}, FMA peak {peak:.0f} GFLOP/s, "
           f"cpu {_cpu_name()}", flush=True)
-    rows = [bench_one(name.strip(), args, settings, home, peak)
-            for name in args.models.split(",") if name.strip()]
+    rows, failed = [], []
+    for name in (n.strip() for n in args.models.split(",") if n.strip()):
+        # one model's failure is reported and the others still run; each finished model's
+        # row and profile are out (and saved) before the next starts
+        try:
+            row = bench_one(name, args, settings, home, peak)
+        except Exception as err:  # a model the frontend, a template or a peer cannot take
+            print(f"[{name}] failed: {type(err).__name__}: {str(err).splitlines()[0][:300]}",
+                  flush=True)
+            failed.append(name)
+            continue
+        rows.append(row)
+        print_profile(row)
+        (home / f"bench-{row['model']}.json").write_text(json.dumps(row) + "\n")
     engines = [e for e in ENGINES if any(e in r["ms"] for r in rows)]
     print("\n| model | trials | tune s | " + " | ".join(f"{e} ms" for e in engines)
           + " | tensortune / best peer |\n|" + "---|" * (len(engines) + 4))
@@ -190,11 +203,9 @@ def main(argv=None) -> int:
               + f" | {r['vs_best_peer']:.2f} ({r['best_peer']}) |")
     print("(median of per-round medians; wall clock around each engine's numpy-in, numpy-out "
           "call; < 1 means tensortune is faster than the best peer)")
-    for r in rows:
-        print_profile(r)
     print(json.dumps({"trials": args.trials, "threads": threads, "peak_gflops": peak,
-                      "cpu": _cpu_name(), "rows": rows}))
-    return 0
+                      "cpu": _cpu_name(), "rows": rows, "failed": failed}))
+    return 1 if failed else 0
 
 
 def _cpu_name() -> str:

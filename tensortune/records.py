@@ -9,6 +9,8 @@ A finished log may be gzip-compressed (``pack_records``, e.g. a dataset kept in 
 """
 from __future__ import annotations
 
+import dataclasses
+
 import gzip
 import json
 import logging
@@ -53,6 +55,7 @@ class Record:
     run_s: float
     verified: bool
     ts: float
+    device: str = "local"  # where it was timed: "local" or an RPC device's name
 
     @staticmethod
     def from_measure(inp: MeasureInput, res: MeasureResult) -> "Record":
@@ -62,7 +65,8 @@ class Record:
             template=inp.task.template, tvm=tvm_version(), config=inp.config,
             costs=tuple(float(c) for c in res.costs), error=ErrorKind(res.error),
             message=res.message[:MESSAGE_MAX], build_s=float(res.build_s), run_s=float(res.run_s),
-            verified=bool(res.verified), ts=float(res.timestamp or time.time()))
+            verified=bool(res.verified), ts=float(res.timestamp or time.time()),
+            device=res.device or "local")
 
     def to_json(self) -> dict:
         return {
@@ -70,7 +74,7 @@ class Record:
             "workload_key": self.workload.key, "target": self.target, "template": self.template,
             "tvm": self.tvm, "config": self.config.to_json(), "costs": list(self.costs),
             "error": self.error.value, "message": self.message, "build_s": self.build_s,
-            "run_s": self.run_s, "verified": self.verified, "ts": self.ts,
+            "run_s": self.run_s, "verified": self.verified, "ts": self.ts, "device": self.device,
         }
 
     @staticmethod
@@ -103,7 +107,8 @@ class Record:
             config=Config.from_json(_typed(obj, "config", dict)),
             costs=tuple(float(c) for c in costs), error=error, message=_typed(obj, "message", str),
             build_s=float(_number(obj, "build_s")), run_s=float(_number(obj, "run_s")),
-            verified=_typed(obj, "verified", bool), ts=float(_number(obj, "ts")))
+            verified=_typed(obj, "verified", bool), ts=float(_number(obj, "ts")),
+            device=_typed(obj, "device", str) if "device" in obj else "local")
 
     @property
     def ok(self) -> bool:
@@ -123,7 +128,7 @@ class Record:
     def to_result(self) -> MeasureResult:
         return MeasureResult(costs=self.costs, error=self.error, message=self.message,
                              build_s=self.build_s, run_s=self.run_s, verified=self.verified,
-                             timestamp=self.ts)
+                             timestamp=self.ts, device="" if self.device == "local" else self.device)
 
 
 def _is_number(v) -> bool:
@@ -238,9 +243,27 @@ def _report(path, lineno: int, reason: str, on_corrupt) -> None:
 
 
 def records_for(records: Iterable[Record], task: Task) -> list[Record]:
-    """The records of ``task``: same workload, target, template and TVM version."""
+    """The records of ``task``: same workload, target, template and TVM version; a record of
+    a structurally equal function whose parameters have other names (another model's copy)
+    comes with its config in ``task``'s names (``in_names_of``)."""
     key = task.key
-    return [r for r in records if r.task_key == key]
+    return [in_names_of(r, task) for r in records if r.task_key == key]
+
+
+def in_names_of(record: Record, task: Task) -> Record:
+    """``record`` with the knobs named after its function's parameters (``pack_lv15``)
+    renamed after ``task``'s (``pack_lv19``): template knobs name buffers, task keys do not."""
+    old = getattr(record.workload, "param_names", None)
+    new = getattr(task.workload, "param_names", None)
+    if old is None or new is None or old == new or len(old) != len(new):
+        return record
+    # longest names first, so a knob of buffer ``x_1`` is not taken for one of buffer ``1``
+    rename = sorted(((a, b) for a, b in zip(old, new) if a != b), key=lambda ab: -len(ab[0]))
+    values = {}
+    for knob, value in record.config.items():
+        name = next((knob[: -len(a)] + b for a, b in rename if knob.endswith("_" + a)), knob)
+        values[name] = value
+    return dataclasses.replace(record, workload=task.workload, config=Config(values))
 
 
 def measured_configs(records: Iterable[Record], task: Task) -> set[Config]:

@@ -13,6 +13,8 @@ the tasks that are already tuned well enough.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import secrets
 import time
@@ -44,8 +46,11 @@ class Session:
         # the whole-model rewrites (layout, Winograd: ``tasks.graph``); part of the spec, since
         # tasks, records and the saved module all depend on them
         self.graph = GraphOptions.of(spec.get("graph"))
-        spec["graph"] = self.graph.to_json()
         self.target = self.settings.target or default_target(self.settings.measure.threads)
+        if self.target.get("kind") == "cuda" and self.graph.expand_depthwise:
+            # its template is the CPU's; on a GPU the two convolutions stay apart
+            self.graph = dataclasses.replace(self.graph, expand_depthwise=False)
+        spec["graph"] = self.graph.to_json()
         name = spec.get("name", "model")
         self.run_id = time.strftime("%Y%m%d-%H%M%S-") + f"{name}-{secrets.token_hex(3)}"
         self.run_dir = self.settings.home / "runs" / self.run_id
@@ -131,6 +136,9 @@ class Session:
         tasks = [t for t in self.extract() if t.tunable]
         if not tasks:
             raise SessionError(f"{self.model.name} has no tunable task")
+        if self.target.get("kind") == "cuda":
+            raise SessionError("a CUDA target cannot be timed on this machine: tune it "
+                               "--hardware-free (tune_hardware_free)")
         missing = missing_host_features(self.target)
         if missing:
             raise SessionError(f"cannot time candidates here: the target (mcpu "
@@ -176,7 +184,8 @@ class Session:
     def tune_hardware_free(self, verify_top: int = 0, on_task: Callable | None = None,
                            model=None) -> dict:
         """Pick every task's config from the shipped cost model's predictions (``tuner.static``,
-        Tuna's mode): candidates are compiled for their features, none is run. With
+        Tuna's mode; for a CUDA target the analytical GPU model over nvcc's PTX,
+        ``cost_model.gpu_analytic``): candidates are compiled for their features, none is run. With
         ``verify_top`` the K best predicted configs of each task are timed here (only where
         this host can run the target) and the fastest is kept. Returns the counts
         (``compiled``, ``timed``) and the predicted latency of the tuned functions. ``model``
@@ -187,9 +196,15 @@ class Session:
         from .workload import missing_host_features
 
         tasks = [t for t in self.extract() if t.tunable]
-        if verify_top and missing_host_features(self.target):
+        cuda = self.target.get("kind") == "cuda"
+        if verify_top and (cuda or missing_host_features(self.target)):
             raise SessionError("--verify-top times candidates, but this host cannot run the "
-                               f"target (mcpu {self.target.get('mcpu')})")
+                               f"target ({self.target.get('mcpu') or self.target.get('arch')})")
+        if cuda and model is None:
+            from .cost_model.gpu_analytic import AnalyticGPUModel
+            from .features.hardware_cuda import HardwareCUDAFeatures
+
+            model = AnalyticGPUModel(HardwareCUDAFeatures(arch=self.target["arch"]))
         start = time.perf_counter()
         self.static = {}
         with shipped_model(self.settings, model) as model:

@@ -13,22 +13,23 @@ FUSE_ALL = GraphOptions(expand_depthwise_kib=0)
 
 
 class Inverted(torch.nn.Module):
-    """Two inverted residual blocks on irregular shapes (8 -> 24 channels on 37x37, stride 1
-    with a residual; 24 -> 72 at stride 2 with ReLU instead of ReLU6), then a 1x1 whose input
-    also feeds an add, which must not be fused (its expanded tensor has two uses)."""
+    """Two inverted residual blocks on irregular shapes (8 -> 24 channels on 37x37, 3x3 at
+    stride 1 with a residual; 8 -> 72, 5x5 at stride 2 with ReLU instead of ReLU6), then a 1x1
+    whose output also feeds an add, which must not be fused (its expanded tensor has two
+    uses)."""
 
     def __init__(self):
         super().__init__()
 
-        def block(cin, cout, stride, act):
+        def block(cin, cout, stride, act, k=3):
             return torch.nn.Sequential(
                 torch.nn.Conv2d(cin, cout, 1, bias=False), torch.nn.BatchNorm2d(cout), act(),
-                torch.nn.Conv2d(cout, cout, 3, stride, 1, groups=cout, bias=False),
+                torch.nn.Conv2d(cout, cout, k, stride, k // 2, groups=cout, bias=False),
                 torch.nn.BatchNorm2d(cout), act())
 
         self.a = block(8, 24, 1, torch.nn.ReLU6)
         self.back = torch.nn.Conv2d(24, 8, 1)
-        self.b = block(8, 72, 2, torch.nn.ReLU)
+        self.b = block(8, 72, 2, torch.nn.ReLU, k=5)
         self.c_point = torch.nn.Conv2d(72, 72, 1)
         self.c_dw = torch.nn.Conv2d(72, 72, 3, padding=1, groups=72)
 
@@ -85,7 +86,8 @@ def test_small_expansions_stay_separate_by_default(inverted):
 
 
 def test_every_seed_and_sampled_config_computes_the_same_result(inverted):
-    """The template on 24 channels (three 8-lane vectors) at stride 1 and 72 at stride 2:
+    """The template on 24 channels (three 8-lane vectors), 3x3 at stride 1, and 72, 5x5 at
+    stride 2:
     seeds and random configs either refuse with ``InvalidConfigError`` or match the
     unscheduled function."""
     import tvm

@@ -161,3 +161,31 @@ def test_build_best_runs_the_best_config(tmp_path, configs):
     np.testing.assert_allclose(out.numpy(), a @ b, rtol=1e-4, atol=1e-5)
     with pytest.raises(LookupError, match="no error-free record"):
         build_best(path, OTHER_SHAPE)
+
+
+def test_a_record_of_the_same_function_with_other_buffer_names_applies_to_the_task():
+    """Two models' copies of one fused function: one task key, but the template names its
+    pack knobs after the buffers (``pack_lv15`` there, ``pack_lv19`` here). The other copy's
+    best record comes back in this task's names, applies, and is what the build picks."""
+    from tvm import te
+
+    from tensortune.workload import PrimFuncWorkload, default_target
+
+    def matmul(a_name, b_name):
+        a = te.placeholder((32, 24), name=a_name)
+        b = te.placeholder((24, 16), name=b_name)
+        k = te.reduce_axis((0, 24), name="k")
+        c = te.compute((32, 16), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="C")
+        return PrimFuncWorkload.from_prim_func(te.create_prim_func([a, b, c]), "matmul")
+
+    there = Task(matmul("lv15", "param_0"), default_target(1))
+    here = Task(matmul("lv19", "param_0"), default_target(1))
+    assert there.key == here.key and there.workload.param_names != here.workload.param_names
+    space_there, space_here = task_space(there), task_space(here)
+    config = space_there.sample(np.random.default_rng(0))
+    assert "pack_lv15" in config and config not in space_here
+    rec = Record.from_measure(MeasureInput(there, config), MeasureResult((1e-4,)))
+    [mine] = records_for([rec], here)
+    assert mine.config in space_here and mine.config["pack_lv19"] == config["pack_lv15"]
+    assert best_record([rec], here).config == mine.config
+    apply_config(here, mine.config, space_here)  # it schedules the function here

@@ -28,7 +28,7 @@ def tune_model(
     verify_top: int = typer.Option(0, help="with --hardware-free: time the K best predicted "
                                            "configs of each task and keep the fastest"),
     target: str = typer.Option("host", help="host | llvm:<mcpu> (e.g. llvm:znver4; timing "
-                               "needs a host that runs it) | cuda:<arch> (not yet)"),
+                               "needs a host that runs it) | cuda:<arch> (--hardware-free)"),
     seed: int = typer.Option(0),
     layout: str = typer.Option("nhwc", help="activation layout: nhwc (channels last) | nchw"),
     winograd: bool = typer.Option(True, help="3x3 stride-1 convolutions as Winograd (nhwc)"),
@@ -46,7 +46,8 @@ def tune_model(
 
     settings = dataclasses.replace(Settings.from_env(), seed=seed)
     try:
-        settings = dataclasses.replace(settings, target=_cpu_target(target, settings))
+        settings = dataclasses.replace(settings, target=_model_target(target, settings,
+                                                                      hardware_free, verify_top))
         graph = GraphOptions(layout=layout, winograd=winograd, fast_math=fast_math,
                              expand_depthwise=expand_depthwise)
         if model.endswith(".onnx"):
@@ -81,6 +82,9 @@ def tune_model(
         raise typer.Exit(2)
     session.build()
     session.save()
+    if session.target.get("kind") == "cuda":  # compiled for a GPU this machine does not have
+        _report_cross_compiled(session, counts, as_json)
+        return
     lat = session.evaluate()
     summary = {"run_id": session.run_id, "model": session.model.name, "tuned_ms": lat["median"],
                "graph": session.spec["graph"],
@@ -107,15 +111,46 @@ def tune_model(
         sys.stdout.write(json.dumps(summary) + "\n")
 
 
-def _cpu_target(text: str, settings) -> dict:
-    """``--target`` as a target dict; CUDA is refused here with the reason."""
+def _model_target(text: str, settings, hardware_free: bool, verify_top: int) -> dict:
+    """``--target`` as a target dict; CUDA only hardware-free (no GPU here to time on)."""
     from ..workload import parse_target
 
     target = parse_target(text, settings.measure.threads)
-    if target["kind"] != "llvm":
-        raise ValueError("CUDA targets are compiled (cuda.generic) but cannot be tuned yet: no "
-                         "CUDA timings exist to train a GPU cost model on; use a CPU target")
+    if target["kind"] == "cuda" and (not hardware_free or verify_top):
+        raise ValueError("a CUDA target is tuned --hardware-free here (the analytical GPU model "
+                         "over nvcc's PTX), without --verify-top: this machine has no GPU")
     return target
+
+
+def _report_cross_compiled(session, counts: dict, as_json: bool) -> None:
+    """What a hardware-free run for a GPU leaves: the saved module and database, and each
+    task's predicted time and throughput (nothing can be timed here)."""
+    from ..session import task_label
+
+    table = Table(title=f"tensortune: {session.model.name} for {session.target.get('arch')} "
+                        f"(run {session.run_id}), predicted")
+    for col in ("task", "calls", "predicted us", "TFLOP/s"):
+        table.add_column(col, justify="left" if col == "task" else "right")
+    rows = []
+    for t in session.extract():
+        res = session.static.get(t.key)
+        if res is None or not res.ranked:
+            continue
+        tflops, seconds = res.ranked[0][1], res.predicted_seconds
+        rows.append({"task": task_label(t), "calls": t.weight,
+                     "predicted_us": seconds * 1e6 if seconds else None, "tflops": tflops})
+        table.add_row(task_label(t)[-48:], str(t.weight),
+                      f"{seconds * 1e6:.1f}" if seconds else "-", f"{tflops or 0:.2f}")
+    console.print(table)
+    console.print(f"saved to {session.run_dir} (module/, metaschedule/); not run: no "
+                  f"{session.target['kind']} device here")
+    if as_json:
+        summary = {"run_id": session.run_id, "model": session.model.name,
+                   "target": session.target, "tuned_ms": None, **counts, "tasks": rows,
+                   "module": str(session.run_dir / "module"),
+                   "database": str(session.run_dir / "metaschedule"),
+                   "stages": {k: round(v, 2) for k, v in session.stages.items()}}
+        sys.stdout.write(json.dumps(summary) + "\n")
 
 
 def _compare(session) -> dict:
@@ -218,8 +253,10 @@ def profile(run: str = typer.Argument(..., help="run id (see `tensortune runs`) 
             repeat: int = typer.Option(20, help="instrumented runs (medians are reported)"),
             top: int = typer.Option(0, help="show only the N slowest functions (0: all)"),
             as_json: bool = typer.Option(False, "--json")):
-    """Where a saved model's time goes: per fused function its time, share, GFLOP/s and
-    fraction of the FMA peak, and the runtime's overhead between kernels."""
+    """Where a saved model's time goes, per fused function and between kernels.
+
+    Per function: calls, milliseconds, share, GFLOP/s and fraction of the FMA peak; then the
+    runtime's overhead between kernels."""
     from ..peers import fma_peak_gflops
     from ..session import Session, SessionError
 

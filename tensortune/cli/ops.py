@@ -86,10 +86,13 @@ def tune_op(
                                        "the config from the shipped cost model's predictions"),
     verify_top: int = typer.Option(0, help="with --hardware-free: time the K best predicted"),
     log: Optional[Path] = typer.Option(None, help="JSON-lines records (appended; resumed if present)"),
+    device: str = typer.Option("local", help="where candidates are timed: local | "
+                               "rpc:HOST:PORT:KEY (a TVM RPC tracker and its servers' key)"),
     seed: int = typer.Option(0, help="random seed"),
     as_json: bool = typer.Option(False, "--json", help="end with one JSON summary line on stdout"),
 ):
-    """Tune one operator on this CPU and report the best kernel found."""
+    """Tune one operator on this CPU (or an RPC device) and report the best kernel found."""
+    from ..measure import DeviceUnavailable, RPCDevice, RPCRunner
     from ..peers import fma_peak_gflops
     from ..tuner import COST_MODELS, MODEL_TUNERS, SEARCHES, TUNERS, tune_task
 
@@ -126,6 +129,7 @@ def tune_op(
         if target["kind"] != "llvm":
             raise ValueError("CUDA targets cannot be tuned yet: no CUDA timings exist to train a "
                              "GPU cost model on; use a CPU target")
+        rpc_device = None if device == "local" else RPCDevice.parse(device)
     except ValueError as err:
         console.print(f"[red]error:[/red] {err}")
         raise typer.Exit(2)
@@ -138,7 +142,7 @@ def tune_op(
         if not hardware_free:
             console.print("[red]error:[/red] --verify-top goes with --hardware-free")
             raise typer.Exit(2)
-        summary = _hardware_free(task, settings, verify_top, log)
+        summary = _hardware_free(task, settings, verify_top, log, rpc_device)
         console.print(f"hardware-free: {summary['compiled']} candidates compiled, "
                       f"{summary['timed']} timed; predicted {summary['predicted_us']:.1f} us"
                       + (f", best timed {summary['best_us']:.1f} us" if summary["best_us"] else ""))
@@ -163,14 +167,19 @@ def tune_op(
                 best["gflops"] = max(best["gflops"], workload.flops / res.cost / 1e9)
                 progress.update(bar, best=best["gflops"])
 
+        runner = RPCRunner(rpc_device, settings.measure, settings.seed) if rpc_device else None
         try:
             result = tune_task(task, trials, tuner=tuner, log=log, settings=settings,
                                callbacks=[on_result], features=features, on_corrupt=corrupt,
-                               search=search, prescreen=prescreen, cost_model=cost_model)
-        except ValueError as err:  # e.g. a target whose instructions this CPU lacks
+                               search=search, prescreen=prescreen, cost_model=cost_model,
+                               runner=runner)
+        except (ValueError, DeviceUnavailable) as err:  # a target this CPU can't run; no device
             progress.stop()
             console.print(f"[red]error:[/red] {err}")
             raise typer.Exit(2)
+        finally:
+            if runner is not None:
+                runner.close()
     threads = int(target.get("num-cores", 1))
     peak = fma_peak_gflops(threads)
     gflops = workload.flops / result.best_cost / 1e9 if result.best_config else 0.0
@@ -181,6 +190,7 @@ def tune_op(
         "trials": result.trials, "invalid": result.invalid, "errors": result.errors,
         "tune_s": round(result.tune_s, 2), "stopped_early": result.stopped_early,
         "config": result.best_config.to_json() if result.best_config else None, "log": str(log),
+        "device": rpc_device.name if rpc_device else "local",
     }
     table = Table(title=f"tensortune: {workload.describe()}")
     table.add_column("metric")
@@ -199,14 +209,15 @@ def tune_op(
         raise typer.Exit(1)
 
 
-def _hardware_free(task, settings, verify_top: int, log: Path) -> dict:
+def _hardware_free(task, settings, verify_top: int, log: Path, rpc_device=None) -> dict:
     """The shipped model's pick for ``task`` (``tuner.static``); with ``verify_top`` the K best
-    predicted are timed and recorded in ``log``, and the fastest is the pick."""
-    from ..measure import LocalBuilder, LocalRunner
+    predicted are timed (here, or on ``rpc_device``) and recorded in ``log``, and the fastest
+    is the pick."""
+    from ..measure import LocalBuilder, LocalRunner, RPCRunner
     from ..records import RecordWriter
     from ..tuner.static import predict_best, shipped_model, time_top
 
-    if verify_top and missing_host_features(task.target):
+    if verify_top and rpc_device is None and missing_host_features(task.target):
         console.print("[red]error:[/red] --verify-top times candidates, but this host cannot run "
                       f"the target (mcpu {task.target.get('mcpu')})")
         raise typer.Exit(2)
@@ -218,8 +229,9 @@ def _hardware_free(task, settings, verify_top: int, log: Path) -> dict:
     config, best_us, timed = res.best, None, 0
     if verify_top:
         m = settings.measure
-        with LocalBuilder(m.build_workers, m.build_timeout_s) as builder, \
-                LocalRunner(m) as runner, RecordWriter(log) as writer:
+        runner = RPCRunner(rpc_device, m, settings.seed) if rpc_device else LocalRunner(m)
+        with LocalBuilder(m.build_workers, m.build_timeout_s) as builder, runner, \
+                RecordWriter(log) as writer:
             config, ran = time_top(res, verify_top, builder, runner, [writer.append])
         timed = min(verify_top, len(res.ranked))
         best_us = ran.cost * 1e6 if ran is not None else None

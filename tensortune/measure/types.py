@@ -15,6 +15,7 @@ class ErrorKind(str, enum.Enum):
     RUNTIME_ERROR = "runtime_error"
     TIMEOUT = "timeout"
     WRONG_RESULT = "wrong_result"
+    DEVICE_ERROR = "device_error"  # a remote device's session broke while running it, twice
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,8 @@ class BuildResult:
 
 @dataclass(frozen=True)
 class MeasureResult:
-    """Timings in seconds (one per repeat) or an error; ``verified`` if checked against numpy."""
+    """Timings in seconds (one per repeat) or an error; ``verified`` if checked against numpy;
+    ``device`` names where it ran (empty: this machine)."""
 
     costs: tuple[float, ...]
     error: ErrorKind = ErrorKind.NONE
@@ -51,6 +53,7 @@ class MeasureResult:
     run_s: float = 0.0
     verified: bool = False
     timestamp: float = field(default=0.0)
+    device: str = ""
 
     @property
     def ok(self) -> bool:

@@ -15,6 +15,11 @@ TEMPLATES = {"cpu.generic": generic_cpu, "cuda.generic": cuda_generic}
 SEEDS = {"cpu.generic": cpu_seeds}
 
 
+def template_for(target: dict) -> str:
+    """The built-in template for a target: ``cuda.generic`` for CUDA, ``cpu.generic`` else."""
+    return "cuda.generic" if target.get("kind") == "cuda" else "cpu.generic"
+
+
 def _template(name: str):
     """A built-in template by name, or any importable one as ``"package.module:function"``."""
     if ":" in name:
@@ -55,4 +60,4 @@ def apply_config(task, config: Config, space: ConfigSpace | None = None):
 
 __all__ = ["Config", "ConfigSpace", "SplitKnob", "ChoiceKnob", "InvalidConfigError",
            "TemplateMismatch", "SpaceBuilder", "ConfigSource", "TEMPLATES", "task_space",
-           "apply_config", "generic_cpu", "task_seeds", "SEEDS"]
+           "apply_config", "generic_cpu", "task_seeds", "SEEDS", "template_for"]

@@ -7,10 +7,10 @@ from collections.abc import Mapping
 from ..frontend import Model
 from ..measure import use_threads
 from ..records import Record, best_record, load_records
-from ..space import Config, InvalidConfigError, apply_config
+from ..space import Config, InvalidConfigError, apply_config, template_for
 from ..workload import Task
 from .compiled import CompiledModel
-from .extract import fused_calls, fused_module, workload_of
+from .extract import DEFAULT_SCHEDULE, fused_calls, fused_module, workload_of
 
 
 def best_records_of(log: str | os.PathLike, tasks: list[Task]) -> dict[str, Record]:
@@ -35,7 +35,7 @@ def resolve_best(best: Best, tasks: list[Task]) -> dict[str, Config]:
     return {k: v if isinstance(v, Config) else Config(v) for k, v in best.items()}
 
 
-def scheduled_module(model: Model, target: dict, best: Best, template: str = "cpu.generic",
+def scheduled_module(model: Model, target: dict, best: Best, template: str | None = None,
                      graph=None):
     """The fused module of ``model`` with every function whose task has a config in ``best``
     replaced by its scheduled version; returns ``(module, names of the tuned functions)``.
@@ -53,6 +53,7 @@ def _schedule(model: Model, target: dict, best: Best, template: str, graph):
     import tvm
     from tvm import relax
 
+    template = template or template_for(target)
     fused = fused_module(model, target, graph)
     calls = [(call, Task(workload_of(call), dict(target), template)) for call in fused_calls(fused)]
     configs = resolve_best(best, [task for _, task in calls])
@@ -100,11 +101,21 @@ def _as_replacement(scheduled, original):
 
 
 def compile_fused(mod, target: dict):
-    """Compile a fused (already legalized) module: TVM's CPU pipeline after ``FuseTIR``."""
+    """Compile a fused (already legalized) module: TVM's pipeline after ``FuseTIR`` (for a GPU,
+    first dlight's default schedules for the functions no config scheduled)."""
     import tvm
     from tvm.relax import pipeline
 
     tgt = tvm.target.Target(target)
+    if target.get("kind") == "cuda":
+        from tvm.relax.backend.cuda import pipeline as cuda_pipeline
+
+        default = [p for p in cuda_pipeline.legalize_passes(tgt)
+                   if p.info.name == DEFAULT_SCHEDULE]
+        rest = tvm.transform.Sequential(default + cuda_pipeline.dataflow_lower_passes(tgt)
+                                        + cuda_pipeline.finalize_passes(tgt))
+        with tgt:
+            return tvm.compile(mod, target=tgt, relax_pipeline=rest)
     try:
         lower = pipeline.dataflow_lower_passes(tgt)
     except AttributeError:
@@ -119,7 +130,7 @@ def compile_fused(mod, target: dict):
 
 
 def build_model(model: Model, target: dict, best: Best | None = None,
-                template: str = "cpu.generic", threads: int | None = None,
+                template: str | None = None, threads: int | None = None,
                 graph=None) -> "CompiledModel":
     """Compile ``model`` for ``target``, each tuned function with its best config.
 

@@ -56,28 +56,44 @@ class CompiledModel:
     def __init__(self, library, inputs: tuple[TensorInfo, ...], outputs: tuple[TensorInfo, ...],
                  tuned: tuple[str, ...] = (), name: str = "model", target: dict | None = None,
                  library_path: str | None = None, functions: dict | None = None):
-        import tvm
-        from tvm import relax
-
         self.inputs, self.outputs = tuple(inputs), tuple(outputs)
         self.tuned, self.name = tuple(tuned), name
         self.target = dict(target or {})
         self.functions = dict(functions or {})
         self._library = library
         self._library_path = library_path
-        self._dev = tvm.cpu()
-        self._vm = relax.VirtualMachine(library, self._dev)
-        self._main = self._vm["main"]
-        # one aligned input tensor per input, refilled on every call: a fresh tensor per call
-        # costs an allocation and the page faults of first touch (like the VM, not thread-safe)
-        self._inputs = [tvm.runtime.empty(t.shape, t.dtype, self._dev) for t in self.inputs]
+        self._runtime = None  # (device, VM, its main, input tensors): made on first use
+
+    def _ready(self):
+        """The VM on the target's device, made once; a module for a device this machine lacks
+        (a CUDA build on a CPU host) can be saved but not run."""
+        if self._runtime is None:
+            import tvm
+            from tvm import relax
+
+            kind = self.target.get("kind", "llvm")
+            dev = tvm.cuda() if kind == "cuda" else tvm.cpu()
+            if not dev.exist:
+                raise RuntimeError(f"{self.name} is compiled for {kind} "
+                                   f"({self.target.get('arch', '')}); this machine has no such "
+                                   "device: copy the saved module to one that has")
+            vm = relax.VirtualMachine(self._library, dev)
+            # one aligned input tensor per input, refilled on every call: a fresh tensor per
+            # call costs an allocation and the page faults of first touch (not thread-safe)
+            inputs = [tvm.runtime.empty(t.shape, t.dtype, dev) for t in self.inputs]
+            self._runtime = (dev, vm, vm["main"], inputs)
+        return self._runtime
+
+    @property
+    def _vm(self):
+        return self._ready()[1]
 
     def _args(self, arrays):
         if len(arrays) != len(self.inputs):
             raise ValueError(f"{self.name} takes {len(self.inputs)} input(s) "
                              f"({', '.join(t.name for t in self.inputs)}), got {len(arrays)}")
         args = []
-        for info, x, tensor in zip(self.inputs, arrays, self._inputs):
+        for info, x, tensor in zip(self.inputs, arrays, self._ready()[3]):
             x = np.asarray(x)
             if tuple(x.shape) != info.shape:
                 raise ValueError(f"input {info.name}: expected shape {info.shape}, "
@@ -92,7 +108,8 @@ class CompiledModel:
 
     def run(self, *inputs: np.ndarray) -> list[np.ndarray]:
         """The model's outputs, flattened in order, for numpy inputs of the imported shapes."""
-        return _flatten(self._main(*self._args(inputs)))
+        args = self._args(inputs)
+        return _flatten(self._runtime[2](*args))
 
     def time(self, repeat: int = 10, number: int = 1, min_repeat_ms: int = 0,
              inputs: list[np.ndarray] | None = None, seed: int = 0) -> TimingStats:
@@ -101,8 +118,9 @@ class CompiledModel:
         if inputs is None:
             inputs = random_inputs(self.inputs, seed)
         args = self._args(inputs)
-        timer = self._vm.time_evaluator("main", self._dev, number=number, repeat=repeat,
-                                        min_repeat_ms=min_repeat_ms)
+        dev, vm = self._runtime[:2]
+        timer = vm.time_evaluator("main", dev, number=number, repeat=repeat,
+                                  min_repeat_ms=min_repeat_ms)
         return TimingStats(tuple(float(c) for c in timer(*args).results))
 
     def save(self, directory: str | os.PathLike) -> Path:

@@ -1,16 +1,17 @@
-"""Expand-then-depthwise fusion: a 1x1 convolution and the 3x3 depthwise convolution it feeds
-as one function, so the expanded activations never leave the cache.
+"""Expand-then-depthwise fusion: a 1x1 convolution and the 3x3 (or 5x5) depthwise convolution
+it feeds as one function, so the expanded activations never leave the cache.
 
 An inverted residual block (MobileNet V2, EfficientNet, MnasNet) widens its input by a 1x1
 convolution (16 to 96 channels on MobileNet V2's 112x112 layer: a 4.8 MB tensor), applies a
-bias and a clipped activation, and filters the result with a 3x3 depthwise convolution. Run
+bias and a clipped activation, and filters the result with a 3x3 (EfficientNet: also 5x5)
+depthwise convolution. Run
 as two kernels, the wide tensor goes out to memory and comes back: on a 2-core Zen 4 the pair
 took 425 us in the model against 293 us timed alone, the rest being that round trip. Fused,
 the depthwise convolution's row block computes the rows of the expanded tensor it needs (a
 halo of one or two rows is computed twice) into a buffer that stays in L1/L2
 (``space.cpu_expand_depthwise`` schedules it); the pair runs in about 220 us.
 
-The rewrite takes ``conv2d_1x1(x, W1) [+ b1] [max lo | relu] [min hi]`` followed by a 3x3 depthwise
+The rewrite takes ``conv2d_1x1(x, W1) [+ b1] [max lo | relu] [min hi]`` followed by a depthwise
 ``conv2d(., W2, groups=C)`` whose weights are constants and whose intermediate values have no
 other use, on NHWC/HWIO, and only where the expanded tensor is at least ``min_bytes`` (smaller
 ones stay in L2 anyway). The depthwise bias and activation after it are fused by ``FuseOps``.
@@ -25,7 +26,8 @@ DEFAULT_MIN_BYTES = 1 << 20
 
 
 def expand_depthwise(x, w1, b1, w2, stride: int, padding, lo, hi):
-    """TE: ``depthwise3x3(clip(x @ W1 + b1, lo, hi))`` in NHWC (``lo``/``hi`` None: no bound)."""
+    """TE: ``depthwise(clip(x @ W1 + b1, lo, hi), W2)`` in NHWC, ``W2`` of shape
+    ``[kh, kw, 1, C]`` (``lo``/``hi`` None: no bound)."""
     from tvm import te, topi
 
     stride, padding = int(stride), [int(p) for p in padding]
@@ -46,10 +48,11 @@ def expand_depthwise(x, w1, b1, w2, stride: int, padding, lo, hi):
     expanded = te.compute((n, h, w, c), act, name=POINTWISE_ACT)
     top, left, bottom, right = padding
     padded = topi.nn.pad(expanded, [0, top, left, 0], [0, bottom, right, 0], name=PAD)
-    oh = (h + top + bottom - 3) // stride + 1
-    ow = (w + left + right - 3) // stride + 1
-    ry = te.reduce_axis((0, 3), name="ry")
-    rx = te.reduce_axis((0, 3), name="rx")
+    kh, kw = int(w2.shape[0]), int(w2.shape[1])
+    oh = (h + top + bottom - kh) // stride + 1
+    ow = (w + left + right - kw) // stride + 1
+    ry = te.reduce_axis((0, kh), name="ry")
+    rx = te.reduce_axis((0, kw), name="rx")
     return te.compute(
         (n, oh, ow, c),
         lambda b, y, xx, co: te.sum(padded[b, y * stride + ry, xx * stride + rx, co]
@@ -69,14 +72,16 @@ def _scalar(expr):
 
 
 def _depthwise_weight(call):
-    """The [3, 3, 1, C] weight of an NHWC/HWIO 3x3 depthwise, undilated convolution, or None."""
+    """The [kh, kw, 1, C] weight (3x3 or 5x5) of an NHWC/HWIO depthwise, undilated
+    convolution, or None."""
     attrs = call.attrs
     if (attrs.data_layout != "NHWC" or attrs.kernel_layout != "HWIO" or attrs.out_layout != "NHWC"
             or any(int(d) != 1 for d in attrs.dilation)):
         return None
     w = _const_array(call.args[1])
     strides = {int(s) for s in attrs.strides}
-    if w is None or w.ndim != 4 or w.shape[:3] != (3, 3, 1) or len(strides) != 1:
+    if (w is None or w.ndim != 4 or w.shape[:2] not in ((3, 3), (5, 5)) or w.shape[2] != 1
+            or len(strides) != 1):
         return None
     if int(attrs.groups) != w.shape[3] or int(call.args[0].ty.shape[3]) != w.shape[3]:
         return None

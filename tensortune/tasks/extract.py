@@ -19,10 +19,12 @@ import functools
 from collections.abc import Iterable
 
 from ..frontend import Model
-from ..space import InvalidConfigError, task_space
+from ..space import InvalidConfigError, task_space, template_for
 from ..workload import PrimFuncWorkload, Task, WorkloadError
 from .batchnorm import fold_batch_norm_pass
 from .graph import GraphOptions
+
+DEFAULT_SCHEDULE = "ApplyDefaultSchedule"  # dlight's pass in TVM's GPU legalization
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,11 +89,13 @@ def fuse(mod, target: dict, layout_free: bool = True):
     from tvm.relax import pipeline
 
     tgt = tvm.target.Target(target)
+    # a GPU pipeline ends legalization with dlight's default schedules: the tasks are the
+    # functions before them (``compile.compile_fused`` applies them to what stays untuned)
+    legalize = [p for p in pipeline.legalize_passes(tgt) if p.info.name != DEFAULT_SCHEDULE]
     # opt_level 3 as in MetaSchedule's compile_relax: FuseOps reads the level from the context,
     # and the functions must come out the same for a MetaSchedule database to match them
     with tgt, tvm.transform.PassContext(opt_level=3):
-        fused = tvm.transform.Sequential(
-            pipeline.library_dispatch_passes(tgt) + pipeline.legalize_passes(tgt))(mod)
+        fused = tvm.transform.Sequential(pipeline.library_dispatch_passes(tgt) + legalize)(mod)
     return mark_layout_free(fused) if layout_free else fused
 
 
@@ -167,14 +171,16 @@ def workload_of(call: FusedCall) -> PrimFuncWorkload:
     return PrimFuncWorkload.from_prim_func(call.func, call.name, max(call.num_outputs, 1))
 
 
-def extract_tasks(model: Model, target: dict, template: str = "cpu.generic",
+def extract_tasks(model: Model, target: dict, template: str | None = None,
                   graph=None) -> list[TuneTask]:
     """The distinct fused functions of ``model`` as tasks, in order of first use.
 
     Structurally equal functions (names aside) are one task whose weight is their total call
-    count. Every function is returned; those the template cannot schedule have
-    ``tunable=False`` and keep TVM's default lowering when the model is built.
+    count. Every function is returned; those the template (default: the target's,
+    ``space.template_for``) cannot schedule have ``tunable=False`` and keep TVM's default
+    lowering when the model is built.
     """
+    template = template or template_for(target)
     groups: dict[str, list] = {}
     for call in fused_calls(fused_module(model, target, graph)):
         workload = workload_of(call)

@@ -105,17 +105,19 @@ def tune_task(task: Task, trials: int, tuner: str = "xgb", log: str | Path | Non
               resume: bool = True, features: str = "knob",
               on_corrupt: Callable[[int, str], None] | None = None, search: str = "sa",
               model=None, prescreen: str | None = None,
-              cost_model: str = "fresh") -> TuneResult:
+              cost_model: str = "fresh", runner=None) -> TuneResult:
     """Tune ``task`` for ``trials`` new measurements, appending every one to ``log``.
 
     With ``resume`` the log's earlier measurements of this task are skipped and warm-start the
     cost model, so a killed run continues where it stopped. ``search`` and ``model`` are as in
-    ``make_loop``, and so are ``prescreen`` and ``cost_model``.
+    ``make_loop``, and so are ``prescreen`` and ``cost_model``. ``runner`` times the candidates
+    (default: a ``LocalRunner`` on this machine; an ``RPCRunner`` for a remote device), and is
+    left open for the caller.
     """
     settings = settings or Settings()
     if trials < 0:
         raise ValueError(f"trials must be >= 0, got {trials}")
-    missing = missing_host_features(task.target) if trials else []
+    missing = missing_host_features(task.target) if trials and runner is None else []
     if missing:
         raise ValueError(f"cannot measure on this host: the target (mcpu {task.target['mcpu']}) "
                          f"compiles to {', '.join(missing)}, which this CPU lacks; tune for "
@@ -131,7 +133,8 @@ def tune_task(task: Task, trials: int, tuner: str = "xgb", log: str | Path | Non
                 history.append((rec.config, rec.to_result()))
     m = settings.measure
     builder = LocalBuilder(m.build_workers, m.build_timeout_s)
-    runner = LocalRunner(m)
+    own_runner = runner is None
+    runner = LocalRunner(m) if own_runner else runner
     writer = RecordWriter(log) if log is not None else None
     try:
         cbs = ([writer.append] if writer else []) + list(callbacks)
@@ -139,7 +142,8 @@ def tune_task(task: Task, trials: int, tuner: str = "xgb", log: str | Path | Non
         return loop.run(evaluator)
     finally:
         builder.close()
-        runner.close()
+        if own_runner:
+            runner.close()
         if writer:
             writer.close()
         # extractors that compile (hardware) hold worker processes; they restart if reused

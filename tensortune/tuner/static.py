@@ -44,9 +44,11 @@ class StaticResult:
         return float(self.task.workload.flops) / (self.ranked[0][1] * 1e12)
 
 
-# a small search: the cheap features still lower every candidate (about 10 ms each), and the
-# seeds it starts from are good already
+# a small search (at most this): the cheap features still lower every candidate (about 10 ms
+# each), and the seeds it starts from are good already
 STATIC_ES = {"es_starts": 4, "es_population": 8, "es_generations": 6}
+# smaller still where the only model compiles each candidate (nvcc for a GPU: ~0.5 s each)
+COSTLY_ES = {"es_starts": 2, "es_population": 8, "es_generations": 3}
 
 
 def predict_best(task: Task, model, settings: Settings, shortlist: int = 16,
@@ -61,18 +63,24 @@ def predict_best(task: Task, model, settings: Settings, shortlist: int = 16,
     cheap = getattr(model, "prescreen", None) or model
     costly = getattr(model, "costly", model)
 
+    scored: set = set()
+
     def score(configs):
+        scored.update(configs)
         return np.asarray(cheap.predict([MeasureInput(task, c) for c in configs]), dtype=float)
 
     rng = np.random.default_rng(seed)
-    search = dataclasses.replace(settings.search, **STATIC_ES)
+    limits = STATIC_ES if cheap is not costly else COSTLY_ES
+    search = dataclasses.replace(settings.search, **{k: min(v, getattr(settings.search, k))
+                                                     for k, v in limits.items()})
     found = evolve(space, score, shortlist, frozenset(), rng, search, seeds)
     candidates = [c for c in dict.fromkeys([*seeds, *found]) if _valid(task, c, space)]
     if not candidates:
         return StaticResult(task, (), 0, time.perf_counter() - start)
     inputs = [MeasureInput(task, c) for c in candidates]
-    if costly is cheap:
-        scores, compiled = score(candidates), 0
+    if costly is cheap:  # one model: it compiled what it scored if its features compile
+        scores = score(candidates)
+        compiled = len(scored) if getattr(cheap, "compiles", False) else 0
     else:
         scores, compiled = np.asarray(costly.predict(inputs), dtype=float), len(candidates)
     scale = getattr(costly, "label_scale", None)

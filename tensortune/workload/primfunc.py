@@ -42,6 +42,11 @@ def _structural_key(script: str) -> str:
     return f"{h & (2**64 - 1):016x}"
 
 
+@functools.lru_cache(maxsize=256)
+def _param_names(script: str) -> tuple[str, ...]:
+    return tuple(str(p.name) for p in _parse(script).params)
+
+
 def canonical(func):
     """``func`` without a global symbol: what a workload stores and what its key hashes."""
     if func.attrs is not None and "global_symbol" in func.attrs:
@@ -127,6 +132,12 @@ class PrimFuncWorkload(Workload):
 
     def build_te(self):
         raise WorkloadError("a primfunc workload has no TE definition; use prim_func()")
+
+    @property
+    def param_names(self) -> tuple[str, ...]:
+        """The parameters' (buffers') names, in order. Not part of the key: the same function
+        found in two models may name its inputs differently (``lv15`` here, ``lv19`` there)."""
+        return _param_names(self.script)
 
     def _signature(self) -> list[tuple[tuple, str]]:
         return [_param_signature(p) for p in _parse(self.script).params]

@@ -36,7 +36,9 @@ def parse_target(text: str, num_cores: int | None = None) -> dict:
                              "sapphirerapids, skylake-avx512)")
         return {"kind": "llvm", "mcpu": rest, "num-cores": int(num_cores or os.cpu_count() or 1)}
     if kind == "cuda" and rest.startswith("sm_") and rest[3:].isdigit():
-        return {"kind": "cuda", "arch": rest}
+        # the host part names the kernels as TVM's build does (``main_kernel``), which the
+        # PTX features look up
+        return {"kind": "cuda", "arch": rest, "host": {"kind": "llvm"}}
     raise ValueError(f"bad target {text!r}: use host, llvm:<mcpu> (e.g. llvm:znver3) or "
                      "cuda:<arch> (e.g. cuda:sm_90)")
 
