@@ -22,6 +22,7 @@ Failures, by whose they are:
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import time
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 
 from ..settings import MeasureSettings
 from .pool import JobFailure, WorkerPool
-from .runner import _data, _load_runtime, _to_result
+from .runner import _data, _load_runtime, _prepacked, _to_result
 from .types import BuildResult, ErrorKind, MeasureInput, MeasureResult
 
 UNAVAILABLE, LOST = "unavailable", "lost"  # worker replies that are not a candidate's result
@@ -135,8 +136,6 @@ class RPCRunner:
 
 
 def _with_device(result: MeasureResult, name: str) -> MeasureResult:
-    import dataclasses
-
     return dataclasses.replace(result, device=name)
 
 
@@ -187,12 +186,7 @@ def _run_remote(job: dict):
         dev = remote.cpu()
         args = [tvm.runtime.tensor(x, dev) for x in inputs]
         if job.get("prepack"):
-            p = job["prepack"]
-            packed = [tvm.runtime.tensor(np.zeros(shape, dtype), dev)
-                      for shape, dtype in zip(p["shapes"], p["dtypes"])]
-            lib["prepack"](*[args[i] for i in p["inputs"]], *packed)
-            for i, tensor in zip(p["inputs"], packed):
-                args[i] = tensor
+            args = _prepacked(lib, args, job["prepack"], dev)
         out = tvm.runtime.tensor(np.zeros(out_shape, workload.dtype), dev)
         for _ in range(job["warmup"]):
             lib["main"](*args, out)
