@@ -1,13 +1,15 @@
 """Hardware-free tuning against measured tuning, on whole models.
 
-For each model, in this one process: tune it with measurements (``--trials``, the default cost
-model) or reuse such a run (``--tuned-home``), then tune it ``--hardware-free`` (no candidate
-timed) and, with ``--verify-top K``, hardware-free with the K best predicted configs of each
-task timed; build each, time all of them in interleaved rounds (numpy in, numpy out), and
-print a table of latency, tuning time and candidates compiled and timed, and one JSON line.
+For each model, in this one process: tune it with measurements (``--trials`` with a fresh
+XGBoost per task, AutoTVM's way) or reuse such a run (``--tuned-home``); with
+``--pretrained-trials N`` tune it again from the shipped cost model with N trials; then tune it
+``--hardware-free`` (no candidate timed) and, with ``--verify-top K``, hardware-free with the K
+best predicted configs of each task timed. Every row has its own home (no records shared).
+Build each, time all of them in interleaved rounds (numpy in, numpy out), and print a table of
+latency, tuning time and candidates compiled and timed, and one JSON line.
 
     python benchmarks/bench_hardware_free.py [--models resnet18,mobilenet_v2] [--trials 800]
-        [--tuned-home DIR] [--verify-top 2] [--home DIR]
+        [--pretrained-trials 200] [--tuned-home DIR] [--verify-top 2] [--home DIR]
 """
 from __future__ import annotations
 
@@ -27,10 +29,11 @@ from tensortune.session import Session
 from tensortune.settings import Settings
 
 
-def measured(name: str, settings: Settings, trials: int) -> tuple[Session, dict]:
+def measured(name: str, settings: Settings, trials: int,
+             cost_model: str = "fresh") -> tuple[Session, dict]:
     s = Session.from_zoo(name, settings=settings)
     start = time.perf_counter()
-    result = s.tune(trials)
+    result = s.tune(trials, cost_model=cost_model)
     s.build()
     return s, {"tune_s": time.perf_counter() - start, "compiled": result.trials,
                "timed": result.trials}
@@ -60,6 +63,12 @@ def bench_one(name: str, args, home: Path) -> dict:
     else:
         settings = dataclasses.replace(base, home=home / f"measured-{name}")
         rows[f"measured, {args.trials} trials"] = measured(name, settings, args.trials)
+    if args.pretrained_trials:
+        rows[f"pretrained, {args.pretrained_trials} trials"] = measured(
+            name, dataclasses.replace(base, home=home / f"pretrained-{name}"),
+            args.pretrained_trials, cost_model="pretrained")
+    print(f"[{name}] tuned: " + ", ".join(f"{k} {v[1]['tune_s']:.0f} s" for k, v in rows.items()
+                                          if v[1]["tune_s"] is not None), flush=True)
     rows["hardware-free"] = hardware_free(name, dataclasses.replace(
         base, home=home / f"free-{name}"), 0)
     if args.verify_top:
@@ -78,10 +87,23 @@ def bench_one(name: str, args, home: Path) -> dict:
     return out
 
 
+def table_rows(result: dict) -> list[str]:
+    rows, first = [], next(iter(result["rows"].values()))
+    for label, row in result["rows"].items():
+        tune = "-" if row["tune_s"] is None else f"{row['tune_s']:.0f}"
+        share = ("-" if not (row["tune_s"] and first["tune_s"])
+                 else f"{row['tune_s'] / first['tune_s']:.1%}")
+        rows.append(f"| {result['model']} | {label} | {row['ms']:.2f} | {row['vs_measured']:.2f}"
+                    f" | {tune} | {share} | {row['compiled']} | {row['timed']} |")
+    return rows
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="resnet18,mobilenet_v2")
     ap.add_argument("--trials", type=int, default=800)
+    ap.add_argument("--pretrained-trials", type=int, default=0,
+                    help="also tune from the shipped cost model with this many trials")
     ap.add_argument("--tuned-home", default=None,
                     help="reuse the measured runs under this home instead of tuning again")
     ap.add_argument("--verify-top", type=int, default=2)
@@ -91,14 +113,13 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     home = Path(args.home or tempfile.mkdtemp(prefix="tt-bench-free-"))
     use_threads(Settings.from_env().measure.threads)
-    results = [bench_one(m.strip(), args, home) for m in args.models.split(",") if m.strip()]
-    print("\n| model | tuning | latency ms | vs measured | tune s | compiled | timed |\n"
-          "|---|---|---|---|---|---|---|")
-    for r in results:
-        for label, row in r["rows"].items():
-            tune = "-" if row["tune_s"] is None else f"{row['tune_s']:.0f}"
-            print(f"| {r['model']} | {label} | {row['ms']:.2f} | {row['vs_measured']:.2f} | "
-                  f"{tune} | {row['compiled']} | {row['timed']} |")
+    header = ("| model | tuning | latency ms | vs measured | tune s | time vs measured | "
+              "compiled | timed |\n|---|---|---|---|---|---|---|---|")
+    results = []
+    for m in (m.strip() for m in args.models.split(",") if m.strip()):
+        results.append(bench_one(m, args, home))
+        print(header + "\n" + "\n".join(table_rows(results[-1])), flush=True)
+    print("\n" + header + "\n" + "\n".join(row for r in results for row in table_rows(r)))
     print(json.dumps({"home": str(home), "results": results}))
     return 0
 

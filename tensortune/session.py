@@ -128,12 +128,29 @@ class Session:
         ``pretrained`` starts each task from the shipped model (``tuner.make_loop``).
         """
         from .measure import LocalBuilder, LocalRunner
+        from .tuner.stages import drive
+
+        stages = self.tune_stages(trials, scheduler, tuner, features, well_tuned, on_step,
+                                  on_result, cost_model)
+        m = self.settings.measure
+        # both start their worker processes on first use, after the checks have passed
+        with LocalBuilder(m.build_workers, m.build_timeout_s) as builder, \
+                LocalRunner(m) as runner:
+            return drive(stages, builder, runner)
+
+    def tune_stages(self, trials: int, scheduler: str = "gradient", tuner: str = "xgb",
+                    features: str = "knob", well_tuned: int | None = None,
+                    on_step: Callable | None = None, on_result: Callable | None = None,
+                    cost_model: str = "fresh"):
+        """``tune`` as stage requests (``tuner.stages``) for the multi-job scheduler
+        (``tensortune.schedule``): the builder and the runner are the scheduler's."""
         from .records import RecordWriter, load_records
         from .tasks.scheduler import TaskScheduler, history_by_task
-
+        from .tuner.stages import PROPOSE, Stage
         from .workload import missing_host_features
 
-        tasks = [t for t in self.extract() if t.tunable]
+        tasks = yield Stage(PROPOSE, lambda _: [t for t in self.extract() if t.tunable],
+                            task="extract")
         if not tasks:
             raise SessionError(f"{self.model.name} has no tunable task")
         if self.target.get("kind") == "cuda":
@@ -151,20 +168,16 @@ class Session:
         if well_tuned is None:
             well_tuned = max(self.settings.search.batch_size, trials // len(tasks))
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        m = self.settings.measure
-        builder, runner = LocalBuilder(m.build_workers, m.build_timeout_s), LocalRunner(m)
         run_log, shared = RecordWriter(self.run_dir / "log.jsonl"), RecordWriter(self.records_path)
         callbacks = [run_log.append, shared.append] + ([on_result] if on_result else [])
         try:
             sched = TaskScheduler(
-                [(task_label(t), t.task, t.weight) for t in tasks], builder, runner, self.settings,
+                [(task_label(t), t.task, t.weight) for t in tasks], None, None, self.settings,
                 lambda task: self._loop(task, tuner, features, cost_model),
                 history=history, callbacks=callbacks, strategy=scheduler, well_tuned=well_tuned,
                 seed=self.settings.seed)
-            self.schedule = sched.run(trials, on_step)
+            self.schedule = yield from sched.stages(trials, on_step)
         finally:
-            builder.close()
-            runner.close()
             run_log.close()
             shared.close()
         self.stages["tune"] = self.stages.get("tune", 0.0) + time.perf_counter() - start

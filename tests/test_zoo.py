@@ -10,6 +10,7 @@ PUBLISHED = {
     "mobilenet_v1": 4_231_976,  # Keras MobileNet (alpha 1.0, 224): its trainable parameters
     "mobilenet_v2": 3_504_872,
     "squeezenet1_1": 1_235_496,
+    "shufflenet_v2": 2_278_604,  # torchvision's shufflenet_v2_x1_0
     "vgg11": 132_863_336,
     # torchvision's googlenet without auxiliary heads (6,624,904) has 3x3 convolutions where the
     # paper's third branch has 5x5: 16 more weights for each of that branch's 23,808 channel pairs
@@ -37,7 +38,7 @@ def test_zoo_is_a_constant_mapping_and_unknown_names_list_the_known_ones():
         ZOO["mine"] = lambda: None  # type: ignore[index]
     with pytest.raises(KeyError, match="'resnet19'; known: bert_base, densenet121, googlenet, "
                                        "mobilenet_v1, mobilenet_v2, resnet18, resnet50, "
-                                       "squeezenet1_1, vgg11"):
+                                       "shufflenet_v2, squeezenet1_1, vgg11"):
         zoo_model("resnet19")
 
 
@@ -47,7 +48,7 @@ def test_image_models_take_the_requested_batch_and_size_and_run():
     assert x.shape == (2, 3, 32, 32) and x.dtype == torch.float32
     with torch.no_grad():
         assert module(x).shape == (2, 1000)
-    for name in ("squeezenet1_1", "mobilenet_v1", "googlenet", "densenet121"):
+    for name in ("squeezenet1_1", "mobilenet_v1", "googlenet", "densenet121", "shufflenet_v2"):
         module, (x,) = zoo_model(name, image_size=64)
         with torch.no_grad():
             assert module(x).shape == (1, 1000)

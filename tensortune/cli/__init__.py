@@ -4,13 +4,14 @@
 * ``model``: ``tune-model``, ``evaluate`` and ``runs`` (whole models, through ``Session``);
 * ``dataset``: ``dataset collect|remeasure|info|features``;
 * ``costmodel``: ``costmodel eval|compare``;
+* ``schedule``: ``schedule`` (many jobs under one scheduler) and ``experiment`` (grids);
 * ``common``: the console and the helpers they share.
 """
 from __future__ import annotations
 
 import typer
 
-from . import costmodel, dataset, model, ops
+from . import costmodel, dataset, model, ops, schedule
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="tensortune: tune tensor programs on Apache TVM.")
@@ -18,6 +19,7 @@ ops.register(app)
 model.register(app)
 dataset.register(app)
 costmodel.register(app)
+schedule.register(app)
 
 
 def main() -> None:  # pragma: no cover - console entry point

@@ -9,12 +9,13 @@ from .hardware_cpu import HardwareCPUFeatures
 from .hardware_cuda import HardwareCUDAFeatures
 from .itervar import IterVarFeatures, feature_names
 from .knob import KnobFeatures
+from .list_schedule import IlpFeatures
 from .roofline import RooflineFeatures
 
 EXTRACTORS = {"knob": KnobFeatures, "itervar": IterVarFeatures, "curve": CurveFeatures,
               "graph": GraphFeatures, "hardware": HardwareCPUFeatures,
               "hardware_cuda": HardwareCUDAFeatures, "roofline": RooflineFeatures,
-              "cache": CacheFeatures}
+              "cache": CacheFeatures, "ilp": IlpFeatures}
 
 
 def make_extractor(names: str | list[str]) -> FeatureExtractor:
@@ -48,4 +49,4 @@ def build_part(name: str, built: dict) -> FeatureExtractor:
 __all__ = ["build_part", "CacheFeatures", "RooflineFeatures", "FeatureExtractor",
            "CachedExtractor", "ConcatFeatures", "KnobFeatures", "IterVarFeatures",
            "feature_names", "make_extractor", "EXTRACTORS", "CurveFeatures", "GraphFeatures",
-           "TaskGraph", "task_graph", "HardwareCPUFeatures", "HardwareCUDAFeatures"]
+           "TaskGraph", "task_graph", "HardwareCPUFeatures", "HardwareCUDAFeatures", "IlpFeatures"]

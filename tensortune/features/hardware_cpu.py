@@ -76,15 +76,24 @@ def stack_bytes(prog: asm_loops.AsmProgram) -> int:
                 if ins.mnemonic.startswith("sub") and ins.operands[-1:] == ("%rsp",)), default=0)
 
 
-def profile(prog: asm_loops.AsmProgram, ir: list[IRLoop], threads: int = 1) -> CPUProfile:
-    """Dynamic counts of ``prog`` with its loops mapped to the IR loops ``ir``; parallel loops
-    are split over ``threads`` tasks as TVM's runtime does."""
+def dynamic_weights(prog: asm_loops.AsmProgram, ir: list[IRLoop], threads: int = 1):
+    """``(loops, mapping, weights, per_ins)``: the code loops of ``prog`` mapped to the IR loops
+    ``ir`` (parallel loops split over ``threads`` tasks as TVM's runtime does), how many times
+    each body runs, and each instruction's dynamic count."""
     forest = asm_loops.find_loops(prog)
     loops = forest.loops
     mapping = map_loops(loops, ir)
-    trips = loop_trips(loops, ir, mapping, threads)
-    weights = loop_weights(loops, trips, forest.entry)
+    weights = loop_weights(loops, loop_trips(loops, ir, mapping, threads), forest.entry)
     per_ins = instruction_weights(len(prog.instructions), loops, weights) * forest.frequency
+    return loops, mapping, weights, per_ins
+
+
+def profile(prog: asm_loops.AsmProgram, ir: list[IRLoop], threads: int = 1,
+            dynamic=None) -> CPUProfile:
+    """Dynamic counts of ``prog`` with its loops mapped to the IR loops ``ir``; parallel loops
+    are split over ``threads`` tasks as TVM's runtime does (``dynamic``: ``dynamic_weights``'
+    answer, when already computed)."""
+    loops, mapping, weights, per_ins = dynamic or dynamic_weights(prog, ir, threads)
     in_loop = np.zeros(len(prog.instructions), dtype=bool)
     for lp in loops:
         in_loop[sorted(lp.body)] = True
@@ -217,15 +226,46 @@ class HardwareCPUFeatures(CachedExtractor):
     name = "hardware"
     version = 2  # 2: dynamic counts cover the workload's FLOPs (``cover_workload``)
 
-    def __init__(self, cache_size: int = 50_000, workers: int = 1, timeout_s: float = 30.0):
+    def __init__(self, cache_size: int = 50_000, workers: int = 1, timeout_s: float = 30.0,
+                 ilp: bool = False):
         super().__init__(cache_size, workers, timeout_s)
+        # also list-schedule the assembly for the ``ilp`` extractor (``list_schedule``): its
+        # columns are cached after this row's, so one compilation serves both
+        self.ilp = ilp
 
     @property
     def dim(self) -> int:
         return len(FEATURE_NAMES)
 
+    def with_ilp(self) -> "HardwareCPUFeatures":
+        """This extractor, computing ``ilp`` rows from now on (cached rows without them and
+        workers started without them are dropped)."""
+        if not self.ilp:
+            self.ilp = True
+            self._rows.clear()
+            self.close()
+        return self
+
+    def extract(self, inputs) -> np.ndarray:
+        return super().extract(inputs)[:, :len(FEATURE_NAMES)]
+
+    def ilp_rows(self, inputs) -> np.ndarray:
+        """The ``list_schedule.FEATURE_NAMES`` rows of ``inputs`` (turns ``ilp`` on)."""
+        from .list_schedule import FEATURE_NAMES as ILP_NAMES
+
+        rows = super(HardwareCPUFeatures, self.with_ilp()).extract(inputs)
+        return rows[:, len(FEATURE_NAMES):] if len(inputs) else np.zeros((0, len(ILP_NAMES)),
+                                                                          dtype=np.float32)
+
+    def _worker_kwargs(self) -> dict:
+        return {"workers": 0, "ilp": self.ilp}
+
     def _failed_row(self) -> np.ndarray:
-        return invalid_row()
+        if not self.ilp:
+            return invalid_row()
+        from . import list_schedule
+
+        return np.concatenate([invalid_row(), list_schedule.invalid_row()])
 
     def _compute(self, inp: MeasureInput) -> np.ndarray:
         import tvm
@@ -238,10 +278,20 @@ class HardwareCPUFeatures(CachedExtractor):
             ir = module_ir_loops(lower_cpu(sch.mod, target))
             asm = tvm.compile(sch.mod, target=target).mod.inspect_source("asm")
         except Exception:  # InvalidConfigError, and TVM's own errors for configs it cannot build
-            return invalid_row()
+            return self._failed_row()
         cores = int(inp.task.target.get("num-cores") or os.cpu_count() or 1)
-        prof = profile(asm_program(asm), ir, cores)
-        return feature_row(prof, ir, inp.task.workload.flops, cores)
+        prog = asm_program(asm)
+        dynamic = dynamic_weights(prog, ir, cores)
+        row = feature_row(profile(prog, ir, cores, dynamic), ir, inp.task.workload.flops, cores)
+        if not self.ilp:
+            return row
+        from . import list_schedule
+
+        ratio = float(row[_RATIO])  # scaled up as the counts are (``cover_workload``)
+        scale = 1.0 / ratio if 0.0 < ratio < MIN_WORK_RATIO else 1.0
+        ilp = list_schedule.ilp_row(prog, dynamic[0], dynamic[3], inp.task.workload.flops,
+                                    list_schedule.core_of(inp.task.target), scale)
+        return np.concatenate([row, ilp])
 
 
 def invalid_row() -> np.ndarray:

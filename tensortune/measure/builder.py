@@ -8,7 +8,7 @@ import tempfile
 import time
 import uuid
 
-from .pool import CRASHED, TIMEOUT, JobFailure, WorkerPool, first_line
+from .pool import CRASHED, TIMEOUT, JobFailure, WorkerPool, first_line, pin_and_init
 from .types import BuildResult, ErrorKind, MeasureInput
 
 
@@ -65,14 +65,18 @@ class LocalBuilder:
     """Builds candidates in ``workers`` processes; each build limited to ``timeout_s`` seconds.
 
     Libraries go to ``workdir`` (a fresh temporary directory, removed by ``close``, if None).
+    With ``cpus`` the workers run only on those cores (never on a device's reserved ones).
     """
 
-    def __init__(self, workers: int = 2, timeout_s: float = 30.0, workdir: str | None = None):
+    def __init__(self, workers: int = 2, timeout_s: float = 30.0, workdir: str | None = None,
+                 cpus: tuple[int, ...] | None = None):
         self.timeout_s = timeout_s
         self._own_dir = workdir is None
         self.workdir = tempfile.mkdtemp(prefix="tensortune-build-") if workdir is None else workdir
         os.makedirs(self.workdir, exist_ok=True)
-        self._pool = WorkerPool(workers, initializer=_load_heavy_modules)
+        self.cpus = tuple(cpus) if cpus else None
+        self._pool = WorkerPool(workers, initializer=functools.partial(
+            pin_and_init, self.cpus, _load_heavy_modules))
 
     def build(self, inputs: list[MeasureInput]) -> list[BuildResult]:
         """One ``BuildResult`` per input, in order; failures are results, never exceptions."""

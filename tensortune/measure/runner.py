@@ -7,7 +7,7 @@ import time
 from typing import Protocol, runtime_checkable
 
 from ..settings import MeasureSettings
-from .pool import CRASHED, TIMEOUT, JobFailure, WorkerPool
+from .pool import CRASHED, TIMEOUT, JobFailure, WorkerPool, pin_and_init
 from .types import BuildResult, ErrorKind, MeasureInput, MeasureResult
 
 
@@ -65,9 +65,9 @@ def _run_one(job: dict) -> tuple[str, tuple[float, ...], bool, str, float | None
         fn["main"](*args, out)
     timer = fn.time_evaluator("main", dev, number=job["number"], repeat=job["repeat"],
                               min_repeat_ms=job["min_repeat_ms"])
-    before = _cpu_clocks()
+    before = _cpu_clocks(job.get("cpus"))
     costs = tuple(float(c) for c in timer(*args, out).results)
-    busy = contention(before, _cpu_clocks())
+    busy = contention(before, _cpu_clocks(job.get("cpus")))
     if not job["verify"]:
         return ErrorKind.NONE.value, costs, False, "", busy
     # a fresh zero output, so a kernel that skips writes cannot pass on the timing runs' results
@@ -96,16 +96,24 @@ def _prepacked(fn, args: list, prepack: dict, dev) -> list:
     return args
 
 
-def _cpu_clocks() -> tuple[float, float, float] | None:
-    """(wall s, busy CPU s of the whole machine incl. steal, CPU s of this process), or None
-    where /proc/stat is missing."""
+def _cpu_clocks(cpus=None) -> tuple[float, float, float] | None:
+    """(wall s, busy CPU s of the whole machine, or of ``cpus`` only, incl. steal, CPU s of
+    this process), or None where /proc/stat is missing."""
+    wanted = {f"cpu{c}" for c in cpus} if cpus else {"cpu"}
+    busy = 0
     try:
         with open("/proc/stat") as f:
-            fields = [int(v) for v in f.readline().split()[1:]]
+            for line in f:
+                name, *values = line.split()
+                if name in wanted:
+                    fields = [int(v) for v in values]
+                    # user nice system idle iowait irq softirq steal: all but idle and iowait
+                    # are someone's work
+                    busy += sum(fields[i] for i in (0, 1, 2, 5, 6, 7) if i < len(fields))
+                elif not name.startswith("cpu"):
+                    break
     except (OSError, ValueError):
         return None
-    # user nice system idle iowait irq softirq steal: all but idle and iowait are someone's work
-    busy = sum(fields[i] for i in (0, 1, 2, 5, 6, 7) if i < len(fields))
     return time.perf_counter(), busy / os.sysconf("SC_CLK_TCK"), time.process_time()
 
 
@@ -126,10 +134,16 @@ class LocalRunner:
     AVX2 machine) is not run: its result names the missing instruction-set extensions.
     """
 
-    def __init__(self, settings: MeasureSettings, seed: int = 0):
+    def __init__(self, settings: MeasureSettings, seed: int = 0,
+                 cpus: tuple[int, ...] | None = None):
         self.settings = settings
         self.seed = seed
-        self._pool = WorkerPool(1, initializer=functools.partial(_load_runtime, settings.threads))
+        # reserved cores (a device of the multi-job scheduler): one kernel thread per core, and
+        # only those cores' load counts as contention
+        self.cpus = tuple(cpus) if cpus else None
+        threads = len(self.cpus) if self.cpus else settings.threads
+        self._pool = WorkerPool(1, initializer=functools.partial(
+            pin_and_init, self.cpus, functools.partial(_load_runtime, threads)))
         self._unrunnable: dict[str, str] = {}  # target key -> why its code cannot run here
 
     def run(self, inputs: list[MeasureInput], builds: list[BuildResult],
@@ -155,7 +169,7 @@ class LocalRunner:
                    "prepack": build.prepack,
                    "warmup": s.warmup, "number": s.number, "repeat": s.repeat,
                    "min_repeat_ms": s.min_repeat_ms, "verify": bool(check), "rtol": s.rtol,
-                   "atol": s.atol}
+                   "atol": s.atol, "cpus": self.cpus}
             results.append(self._time(job, build.build_s))
         return results
 

@@ -19,6 +19,7 @@ from ..settings import Settings
 from ..space import Config, task_space
 from ..tuner.evaluator import Evaluator
 from ..tuner.loop import TuneLoop, TuneResult, result_of
+from ..tuner.stages import StageGen, drive
 
 SCHEDULERS = ("gradient", "round-robin")
 
@@ -68,6 +69,7 @@ class TaskScheduler:
             raise ValueError(f"unknown task scheduler {strategy!r}; choose one of {', '.join(SCHEDULERS)}")
         self.strategy = strategy
         self.settings = settings
+        self.builder, self.runner = builder, runner
         self.rng = np.random.default_rng(seed)
         self.progress: list[TaskProgress] = []
         history = history or {}
@@ -83,6 +85,11 @@ class TaskScheduler:
 
     def run(self, trials: int, on_step: Callable[[TaskProgress, int], None] | None = None) -> ScheduleResult:
         """Spend up to ``trials`` measurements across the tasks."""
+        return drive(self.stages(trials, on_step), self.builder, self.runner)
+
+    def stages(self, trials: int, on_step: Callable[[TaskProgress, int], None] | None = None,
+               ) -> StageGen:
+        """``run`` as stage requests (``tuner.stages``); returns the ``ScheduleResult``."""
         start = time.perf_counter()
         spent, order = 0, []
         batch = self.settings.search.batch_size
@@ -95,7 +102,8 @@ class TaskScheduler:
                 break
             prog = self._pick(live)
             size = batch if prog.bests else warmup
-            charged = prog.loop.step(prog.evaluator, min(size, trials - spent))
+            charged = yield from prog.loop.stages(prog.evaluator, min(size, trials - spent),
+                                                  prog.name)
             spent += charged
             prog.bests.append(prog.best)
             order.append(prog.name)

@@ -12,6 +12,7 @@ from ..space import task_seeds, task_space
 from ..workload import Task, missing_host_features
 from .evaluator import Evaluator
 from .loop import TuneLoop, TuneResult
+from .stages import StageGen, drive
 
 TUNERS = ("xgb", "gtuner", "ensemble", "random", "grid")
 MODEL_TUNERS = ("xgb", "gtuner", "ensemble")
@@ -122,6 +123,29 @@ def tune_task(task: Task, trials: int, tuner: str = "xgb", log: str | Path | Non
         raise ValueError(f"cannot measure on this host: the target (mcpu {task.target['mcpu']}) "
                          f"compiles to {', '.join(missing)}, which this CPU lacks; tune for "
                          "default_target() or on a machine that has them")
+    m = settings.measure
+    own_runner = runner is None
+    runner = LocalRunner(m) if own_runner else runner
+    try:
+        with LocalBuilder(m.build_workers, m.build_timeout_s) as builder:
+            return drive(tune_stages(task, trials, tuner, log, settings, callbacks, resume,
+                                     features, on_corrupt, search, model, prescreen, cost_model),
+                         builder, runner)
+    finally:
+        if own_runner:
+            runner.close()
+
+
+def tune_stages(task: Task, trials: int, tuner: str = "xgb", log: str | Path | None = None,
+                settings: Settings | None = None,
+                callbacks: Sequence[Callable[[MeasureInput, MeasureResult], None]] = (),
+                resume: bool = True, features: str = "knob",
+                on_corrupt: Callable[[int, str], None] | None = None, search: str = "sa",
+                model=None, prescreen: str | None = None, cost_model: str = "fresh",
+                name: str = "") -> StageGen:
+    """``tune_task`` as stage requests (``tuner.stages``) for a scheduler that owns the
+    builder and the devices; returns the ``TuneResult``."""
+    settings = settings or Settings()
     space = task_space(task)
     seeds = task_seeds(task, space) if settings.search.seeds else ()
     loop = make_loop(tuner, space, settings, features, search=search, model=model,
@@ -131,19 +155,13 @@ def tune_task(task: Task, trials: int, tuner: str = "xgb", log: str | Path | Non
         for rec in records_for(load_records(log, on_corrupt=on_corrupt), task):
             if rec.config in space:
                 history.append((rec.config, rec.to_result()))
-    m = settings.measure
-    builder = LocalBuilder(m.build_workers, m.build_timeout_s)
-    own_runner = runner is None
-    runner = LocalRunner(m) if own_runner else runner
     writer = RecordWriter(log) if log is not None else None
     try:
         cbs = ([writer.append] if writer else []) + list(callbacks)
-        evaluator = Evaluator(task, builder, runner, trials, cbs, history, verify=m.verify)
-        return loop.run(evaluator)
+        evaluator = Evaluator(task, None, None, trials, cbs, history,
+                              verify=settings.measure.verify)
+        return (yield from loop.run_stages(evaluator, name))
     finally:
-        builder.close()
-        if own_runner:
-            runner.close()
         if writer:
             writer.close()
         # extractors that compile (hardware) hold worker processes; they restart if reused

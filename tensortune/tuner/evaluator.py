@@ -5,7 +5,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 
-from ..measure.types import ErrorKind, MeasureInput, MeasureResult
+from ..measure.types import BuildResult, ErrorKind, MeasureInput, MeasureResult
 from ..space import Config
 from ..workload import Task
 
@@ -51,26 +51,50 @@ class Evaluator:
 
     def evaluate(self, configs: Iterable[Config]) -> list[tuple[Config, MeasureResult]]:
         """Measure the new configs among ``configs`` (in order) up to the remaining budget."""
+        inputs = self.admit(configs)
+        if not inputs:
+            return []
+        builds = self.builder.build(inputs)
+        return self.record(inputs, self.measure(inputs, builds))
+
+    # The three parts of ``evaluate``, so a scheduler can run the build and the measurement
+    # as separate stages on resources of its choosing (``tuner.stages``).
+    def admit(self, configs: Iterable[Config]) -> list[MeasureInput]:
+        """The candidates worth measuring: new configs, de-duplicated, within the budget."""
         fresh: list[Config] = []
         seen = set(self.results)
         for cfg in configs:
             if cfg not in seen:
                 seen.add(cfg)
                 fresh.append(cfg)
-        fresh = fresh[: self.remaining]
-        if not fresh:
-            return []
-        inputs = [MeasureInput(self.task, cfg) for cfg in fresh]
-        builds = self.builder.build(inputs)
-        results = self.runner.run(inputs, builds, verify=[self.verify == "all"] * len(inputs))
-        out = []
+        return [MeasureInput(self.task, cfg) for cfg in fresh[: self.remaining]]
+
+    def measure(self, inputs: list[MeasureInput], builds: list[BuildResult],
+                runner=None) -> list[MeasureResult]:
+        """Time built candidates on ``runner`` (default: this evaluator's); with ``verify``
+        ``best`` a candidate that beats the best so far is run again, checked."""
+        runner = runner or self.runner
+        results = runner.run(inputs, builds, verify=[self.verify == "all"] * len(inputs))
+        if self.verify != "best":
+            return results
+        best, out = self.best_cost, []
         for inp, build, res in zip(inputs, builds, results):
+            if res.ok and res.cost < best and not res.verified:
+                res = runner.run([inp], [build], verify=[True])[0]
+            if res.ok:
+                best = min(best, res.cost)
+            out.append(res)
+        return out
+
+    def record(self, inputs: list[MeasureInput],
+               results: list[MeasureResult]) -> list[tuple[Config, MeasureResult]]:
+        """Charge, remember and report (callbacks: records logs) measured candidates."""
+        out = []
+        for inp, res in zip(inputs, results, strict=True):
             if res.error is ErrorKind.INVALID_CONFIG:
                 self.invalid += 1
             else:
                 self.trials += 1
-            if self.verify == "best" and res.ok and res.cost < self.best_cost and not res.verified:
-                res = self.runner.run([inp], [build], verify=[True])[0]
             if res.error is not ErrorKind.NONE:
                 self.errors[res.error.value] += 1
             self.results[inp.config] = res

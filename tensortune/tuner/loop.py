@@ -10,6 +10,7 @@ from ..measure.types import MeasureInput
 from ..settings import SearchSettings
 from ..space import Config, ConfigSpace
 from .evaluator import Evaluator
+from .stages import BUILD, MEASURE, PROPOSE, UPDATE, Stage, StageGen, drive
 
 
 @dataclass
@@ -50,11 +51,35 @@ class TuneLoop:
 
     def step(self, evaluator: Evaluator, n: int | None = None) -> int:
         """Measure up to ``n`` (default: one batch) new configs; the number charged."""
-        if self.model is not None and self._fitted_on != len(evaluator.results):
-            self._refit(evaluator)
+        return drive(self.stages(evaluator, n), evaluator.builder, evaluator.runner)
+
+    def stages(self, evaluator: Evaluator, n: int | None = None, task: str = "") -> StageGen:
+        """``step`` as stage requests (``tuner.stages``): update the model, propose a batch,
+        build it, measure it; returns the number charged."""
+        if (self.model is not None and self._fitted_on != len(evaluator.results)
+                and self._model_ready(evaluator)):
+            yield Stage(UPDATE, lambda _: self._refit(evaluator), task=task)
         n = min(n or self.settings.batch_size, evaluator.remaining)
         if n <= 0 or self.exhausted:
             return 0
+        batch = yield Stage(PROPOSE, lambda _: self._propose(evaluator, n), n, task)
+        inputs = evaluator.admit(batch)
+        measured = []
+        if inputs:
+            builds = yield Stage(BUILD, lambda builder: builder.build(inputs), len(inputs), task)
+            results = yield Stage(MEASURE, lambda runner: evaluator.measure(inputs, builds, runner),
+                                  len(inputs), task)
+            before = evaluator.trials
+            measured = evaluator.record(inputs, results)
+            charged = evaluator.trials - before
+        else:
+            charged = 0
+        self._stalled_rounds = self._stalled_rounds + 1 if measured and not charged else 0
+        # nothing new to offer (grid exhausted), or only invalid configs for several rounds
+        self.exhausted = not measured or self._stalled_rounds >= 5
+        return charged
+
+    def _propose(self, evaluator: Evaluator, n: int) -> list[Config]:
         exclude = evaluator.measured
         first = [c for c in self.seeds if c not in exclude][:n]
         self.seeds = self.seeds[len(first):] if first else []
@@ -69,14 +94,7 @@ class TuneLoop:
         else:
             batch = self.propose(self.space, self.model, evaluator.task, rest, exclude, self.rng,
                                  self.settings, seeds=evaluator.top(8))
-        batch = first + list(batch)
-        before = evaluator.trials
-        measured = evaluator.evaluate(batch)
-        charged = evaluator.trials - before
-        self._stalled_rounds = self._stalled_rounds + 1 if measured and not charged else 0
-        # nothing new to offer (grid exhausted), or only invalid configs for several rounds
-        self.exhausted = not measured or self._stalled_rounds >= 5
-        return charged
+        return first + list(batch)
 
     def stalled(self, evaluator: Evaluator) -> bool:
         """True once the task went ``early_stop_trials`` trials without a new best."""
@@ -84,9 +102,14 @@ class TuneLoop:
         return bool(s.early_stop_trials) and evaluator.trials - evaluator.best_trial >= s.early_stop_trials
 
     def run(self, evaluator: Evaluator) -> TuneResult:
+        return drive(self.run_stages(evaluator), evaluator.builder, evaluator.runner)
+
+    def run_stages(self, evaluator: Evaluator, task: str = "") -> StageGen:
+        """``run`` as stage requests: step until the budget is spent, the space exhausted or
+        the task stalled; returns the ``TuneResult``."""
         stopped_early = False
         while evaluator.remaining > 0 and not self.exhausted:
-            self.step(evaluator)
+            yield from self.stages(evaluator, task=task)
             if self.stalled(evaluator):
                 stopped_early = True
                 break

@@ -13,12 +13,14 @@ from .densenet import densenet121
 from .googlenet import googlenet
 from .mobilenet import mobilenet_v1, mobilenet_v2
 from .resnet import resnet18, resnet50
+from .shufflenet import shufflenet_v2
 from .squeezenet import squeezenet1_1
 from .vgg import vgg11
 
 ZOO: Mapping[str, Callable] = MappingProxyType({
     "resnet18": resnet18, "resnet50": resnet50, "mobilenet_v1": mobilenet_v1,
     "mobilenet_v2": mobilenet_v2, "squeezenet1_1": squeezenet1_1, "vgg11": vgg11,
+    "shufflenet_v2": shufflenet_v2,
     "googlenet": googlenet, "densenet121": densenet121, "bert_base": bert_base})
 
 TEXT_MODELS = frozenset({"bert_base"})

@@ -1,0 +1,47 @@
+"""The tuning loop as stages: what a job asks of the machine, one request at a time.
+
+A tuning job is a generator of ``Stage`` requests (seed 002, section 3.4): *propose* a batch
+(search and cost model, CPU), *build* it (compiler workers, CPU), *measure* it (a device, one
+candidate at a time) and *update* the model (CPU). The generator is sent each stage's result
+and holds no resource in between, so a scheduler (``tensortune.schedule``) can run other jobs'
+stages meanwhile. ``drive`` runs a job's stages one after another on one builder and one
+runner: the one-job use that ``TuneLoop.step`` and ``TaskScheduler.run`` are.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from typing import Any
+
+PROPOSE, BUILD, MEASURE, UPDATE = "propose", "build", "measure", "update"
+KINDS = (PROPOSE, BUILD, MEASURE, UPDATE)
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One request: ``run`` is called with the resource's tool (a builder for ``build``, a
+    runner for ``measure``, None for the CPU stages) and its return value is sent back.
+    ``size`` is how many candidates it handles (0 for the CPU stages' bookkeeping)."""
+
+    kind: str
+    run: Callable[[Any], Any]
+    size: int = 0
+    task: str = ""
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown stage kind {self.kind!r}; known: {', '.join(KINDS)}")
+
+
+StageGen = Generator[Stage, Any, Any]
+
+
+def drive(stages: StageGen, builder=None, runner=None) -> Any:
+    """Run every stage in turn on ``builder`` and ``runner``; the generator's return value."""
+    tools = {BUILD: builder, MEASURE: runner}
+    try:
+        stage = next(stages)
+        while True:
+            stage = stages.send(stage.run(tools.get(stage.kind)))
+    except StopIteration as stop:
+        return stop.value
