@@ -69,8 +69,9 @@ def bench_one(name: str, args, home: Path) -> dict:
             args.pretrained_trials, cost_model="pretrained")
     print(f"[{name}] tuned: " + ", ".join(f"{k} {v[1]['tune_s']:.0f} s" for k, v in rows.items()
                                           if v[1]["tune_s"] is not None), flush=True)
-    rows["hardware-free"] = hardware_free(name, dataclasses.replace(
-        base, home=home / f"free-{name}"), 0)
+    if not args.no_hardware_free:
+        rows["hardware-free"] = hardware_free(name, dataclasses.replace(
+            base, home=home / f"free-{name}"), 0)
     if args.verify_top:
         rows[f"hardware-free, top {args.verify_top} timed"] = hardware_free(
             name, dataclasses.replace(base, home=home / f"verify-{name}"), args.verify_top)
@@ -107,6 +108,8 @@ def main(argv=None) -> int:
     ap.add_argument("--tuned-home", default=None,
                     help="reuse the measured runs under this home instead of tuning again")
     ap.add_argument("--verify-top", type=int, default=2)
+    ap.add_argument("--no-hardware-free", action="store_true",
+                    help="leave out the hardware-free row (with --verify-top 0)")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--per-round", type=int, default=10)
     ap.add_argument("--home", default=None)

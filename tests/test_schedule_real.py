@@ -45,6 +45,9 @@ def test_reserved_core_times_and_the_other_builds(tmp_path):
     assert builders == {frozenset(layout.cpus)}
     assert timer == {frozenset(layout.devices[0][1])}
     assert not set(layout.cpus) & set(layout.devices[0][1])
+    # the concurrent policy's own runners time with the device's threads, as the jobs compile
+    builder, runner = Resources(layout, settings(tmp_path)).private_tools()
+    assert runner.settings.threads == 1 and runner.cpus is None
 
 
 @two_cores

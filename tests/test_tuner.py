@@ -156,3 +156,30 @@ def test_tuning_on_hardware_features_through_a_prescreen(tmp_path):
     assert isinstance(loop.model, Prescreened) and loop.model.extractor.name == "itervar+hardware"
     with pytest.raises(ValueError, match="prescreen needs a model-guided tuner"):
         make_loop("random", task_space(task), FAST, prescreen="knob")
+
+
+class RatesByCost:
+    """A model 'trained before this task' that knows the synthetic cost (higher is better)."""
+
+    trained = True
+
+    def predict(self, inputs):
+        return np.array([-synthetic_cost(i.config) for i in inputs])
+
+    def fit(self, inputs, results):
+        pass
+
+
+def test_a_pretrained_model_picks_which_seeds_run_first_a_fresh_one_does_not(space):
+    seeds = [space.get(i) for i in range(0, 400, 40)]
+    ranked = sorted(seeds, key=synthetic_cost)
+    assert ranked[:3] != seeds[:3]  # the order has something to change
+    first = {}
+    for name, model in (("pretrained", RatesByCost()), ("none", None)):
+        loop = TuneLoop(space, STRATEGIES["random"], model, SearchSettings(batch_size=3),
+                        seeds=seeds)
+        ev = Evaluator(TASK, FakeBuilder(), ReplayRunner(synthetic_cost), budget=3)
+        loop.step(ev)
+        first[name] = list(ev.results)
+    assert first["pretrained"] == ranked[:3]
+    assert first["none"] == seeds[:3]  # template order where nothing was learnt before

@@ -124,8 +124,10 @@ class Resources:
 
     def private_tools(self) -> tuple:
         """A builder and a runner of a job's own, on all cores, as a separate process of
-        today's would have (the ``concurrent`` policy)."""
+        today's would have (the ``concurrent`` policy); its kernels get the threads the jobs'
+        candidates are compiled for (a ``cores:N`` device's N), so policies compare alike."""
         m = self.settings.measure
+        m = dataclasses.replace(m, threads=self.layout.threads(m.threads))
         return (LocalBuilder(m.build_workers, m.build_timeout_s),
                 LocalRunner(m, seed=self.settings.seed))
 

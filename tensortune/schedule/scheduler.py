@@ -103,6 +103,7 @@ class StageScheduler:
         self.pin = pin
         self.jobs: list[Job] = []
         self.events: list[Event] = []
+        self._inprocess = threading.Lock()
         self._lock = threading.RLock()  # on_event may submit jobs
         self._done: queue.Queue = queue.Queue()
         self._counter = itertools.count()
@@ -252,7 +253,12 @@ class StageScheduler:
 
     def _execute(self, job: Job, stage: Stage, resource: str, device, tool, start: float) -> None:
         try:
-            value, error = stage.run(tool), None
+            if stage.kind in (BUILD, MEASURE):  # their work is in worker processes
+                value = stage.run(tool)
+            else:  # TVM's Python-side compiler state (op tags, pass contexts) is not
+                with self._inprocess:  # thread-safe: one in-process stage at a time
+                    value = stage.run(tool)
+            error = None
         except BaseException as err:  # handed to the loop thread, which decides
             value, error = None, err
         self._done.put((job, stage, resource, device, start, self.clock() - self._t0, value,

@@ -46,6 +46,7 @@ class TuneLoop:
         # the template's starting points (``space.task_seeds``): measured before anything else
         self.seeds = [c for c in seeds if c in space]
         self._stalled_rounds = 0
+        self._seeds_ranked = False
         self._fitted_on = -1
         self.exhausted = False
 
@@ -81,6 +82,7 @@ class TuneLoop:
 
     def _propose(self, evaluator: Evaluator, n: int) -> list[Config]:
         exclude = evaluator.measured
+        self._rank_seeds(evaluator, n)
         first = [c for c in self.seeds if c not in exclude][:n]
         self.seeds = self.seeds[len(first):] if first else []
         exclude = exclude | set(first)
@@ -114,6 +116,19 @@ class TuneLoop:
                 stopped_early = True
                 break
         return result_of(evaluator, stopped_early)
+
+    def _rank_seeds(self, evaluator: Evaluator, n: int) -> None:
+        """With a model trained before this task (pretrained), measure the seeds it rates best
+        first: at a few trials per task the seeds are all a task gets, and template order knows
+        nothing of this task. Ranked on the cheap prescreen where there is one (no compiling)."""
+        ranker = getattr(self.model, "prescreen", None) or self.model
+        if (self._seeds_ranked or len(self.seeds) <= n or ranker is None
+                or not getattr(ranker, "trained", False)):
+            return
+        self._seeds_ranked = True
+        scores = np.asarray(ranker.predict([MeasureInput(evaluator.task, c) for c in self.seeds]))
+        order = np.argsort(-scores, kind="stable")
+        self.seeds = [self.seeds[i] for i in order]
 
     def _model_ready(self, evaluator: Evaluator) -> bool:
         return sum(r.ok for r in evaluator.results.values()) >= 4
