@@ -138,6 +138,20 @@ def test_no_server_for_the_key_raises_after_retries_without_a_record(tracker):
     assert time.perf_counter() - start < 30
 
 
+def test_a_tracker_that_is_not_there_fails_fast_without_a_record():
+    """TVM retries a refused tracker for a minute; that must not become a charged timeout."""
+    task = Task(Matmul(m=16, n=16, k=16), default_target(1))
+    inputs = [MeasureInput(task, task_seeds(task)[0])]
+    with LocalBuilder(1) as builder:
+        builds = builder.build(inputs)
+    start = time.perf_counter()
+    gone = RPCDevice("127.0.0.1", 9, KEY)  # the discard port: nothing listens there
+    with RPCRunner(gone, FAST, retries=1, retry_pause_s=0.1) as runner:
+        with pytest.raises(DeviceUnavailable, match="Connection refused"):
+            runner.run(inputs, builds)
+    assert time.perf_counter() - start < FAST.run_timeout_s
+
+
 def test_a_candidate_that_fails_on_the_device_is_its_error_and_the_session_survives(
         tracker, server):
     """A library that cannot be loaded is the candidate's runtime error; the next candidate

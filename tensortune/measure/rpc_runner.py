@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import socket
 import time
 import uuid
 from dataclasses import dataclass
@@ -149,6 +150,10 @@ def _session(job: dict):
     if _SESSION.get("token") != job["session"]:
         _SESSION.clear()
         d = job["device"]
+        # TVM retries a refused tracker connection for a minute, past the run's time limit,
+        # which would charge every candidate a timeout: a down tracker must fail fast
+        with socket.create_connection((d["tracker_host"], d["tracker_port"]), timeout=5):
+            pass
         tracker = rpc.connect_tracker(d["tracker_host"], d["tracker_port"])
         # the tracker would queue a request for a key with no free server until one appears
         queue = tracker.summary().get("queue_info", {}).get(d["key"], {})
