@@ -98,7 +98,7 @@ class RPCRunner:
                    "workload": inp.task.workload.to_dict(), "seed": self.seed,
                    "prepack": build.prepack, "warmup": s.warmup, "number": s.number,
                    "repeat": s.repeat, "min_repeat_ms": s.min_repeat_ms, "verify": bool(check),
-                   "rtol": s.rtol, "atol": s.atol}
+                   "rtol": s.rtol, "atol": s.atol, "threads": s.threads}
             results.append(self._time(job, build.build_s))
         return results
 
@@ -161,6 +161,9 @@ def _session(job: dict):
             raise ConnectionError(f"the tracker has no free server for key {d['key']!r}")
         remote = tracker.request(d["key"], priority=d["priority"],
                                  session_timeout=d["session_timeout_s"], max_retry=1)
+        # the server's kernels get the threads the candidates were compiled for, as local
+        # timing does (its runtime would otherwise take its default, half the logical CPUs)
+        remote.get_function("runtime.config_threadpool")(1, int(job.get("threads") or 0))
         _SESSION.update(token=job["session"], remote=remote, modules={})
     return _SESSION["remote"]
 
