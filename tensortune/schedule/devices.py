@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ..measure import LocalBuilder, LocalRunner
 from ..measure.rpc_runner import RPCDevice, RPCRunner
@@ -99,7 +99,6 @@ class Device:
     exclusive_cpu: bool = False
     busy: bool = False
     down: str = ""  # why it was taken out (an RPC server gone), or ""
-    busy_s: float = field(default=0.0)
 
 
 class Resources:

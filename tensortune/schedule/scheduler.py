@@ -48,7 +48,6 @@ class Job:
     result: Any = None
     summary: dict = field(default_factory=dict)
     served_s: float = 0.0
-    stages_done: int = 0
     trials: int = 0
     submitted: int = 0
     current: str = ""  # the stage running or waiting now
@@ -282,7 +281,6 @@ class StageScheduler:
             if error is not None:
                 self._fail(job, error)
                 return
-            job.stages_done += 1
             if stage.kind == MEASURE:
                 job.trials += stage.size
             self._advance(job, value)
