@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # Keyed on the content of pyproject.toml: editing the dependencies reinstalls, nothing else does.
 STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 
-.PHONY: venv test run bench
+.PHONY: venv browser test run bench
 
 venv: $(STAMP)
 
@@ -15,7 +15,16 @@ $(STAMP): pyproject.toml
 	rm -f $(VENV)/.installed-*
 	touch $@
 
-test: venv
+# the dashboard test drives Debian's chromium through chromedriver; installed when missing
+# (as root, or with password-less sudo)
+browser:
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo "sudo -n" ); \
+	  $$SUDO apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends \
+	    chromium chromium-driver >/dev/null; }
+
+test: venv browser
 	$(BIN)/python -m pytest -q tests
 
 run: venv

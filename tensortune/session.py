@@ -62,6 +62,7 @@ class Session:
         self.static: dict = {}  # task key -> tuner.static.StaticResult (hardware-free tuning)
         self.verified: dict = {}  # task key -> the fastest timed of its best predicted configs
         self._torch = (torch_module, example_inputs)
+        self._chosen = None  # the configs ``build`` was given, which ``save`` writes too
 
     # -- import ---------------------------------------------------------------------------------
     @classmethod
@@ -256,13 +257,15 @@ class Session:
         return self.records_path if self.records_path.exists() else None
 
     # -- build, save, load ------------------------------------------------------------------------------
-    def build(self, tuned: bool = True):
-        """Compile the model, each task with its best record (``tuned=False``: TVM's defaults)."""
+    def build(self, tuned: bool = True, best: dict | None = None):
+        """Compile the model, each task with its best record (``tuned=False``: TVM's defaults;
+        ``best``: these configs by task key, e.g. a records index's picks)."""
         from .tasks import build_model
 
         self._need_model("build")
         start = time.perf_counter()
-        best = self._best() if tuned else None
+        self._chosen = best
+        best = best if best is not None else self._best() if tuned else None
         self.compiled = build_model(self.model, self.target, best,
                                     threads=self.settings.measure.threads, graph=self.graph)
         self.stages["build"] = time.perf_counter() - start
@@ -275,7 +278,7 @@ class Session:
 
         compiled = self._need_compiled("save")
         out = compiled.save(Path(directory) if directory else self.run_dir / "module")
-        best = self._best()
+        best = self._chosen if self._chosen is not None else self._best()
         if self.model is not None and self.tasks is not None and best is not None:
             write_metaschedule_db([t for t in self.tasks if t.tunable], best,
                                   self.run_dir / "metaschedule")

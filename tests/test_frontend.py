@@ -142,3 +142,35 @@ def test_from_onnx_reports_unreadable_files(tmp_path):
     bad.write_bytes(b"not a protobuf")
     with pytest.raises(ModelImportError, match="cannot read ONNX model"):
         from_onnx(bad)
+
+
+class _ChannelShuffle(torch.nn.Module):
+    """ShuffleNet's channel shuffle: the exporter writes its ``view`` as shape arithmetic."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 12, 3, padding=1)
+        self.after = torch.nn.Conv2d(12, 6, 1)
+
+    def forward(self, x):
+        x = self.conv(x)
+        b, c, h, w = x.size()
+        x = x.view(b, 3, c // 3, h, w).transpose(1, 2).contiguous().view(b, -1, h, w)
+        return self.after(x)
+
+
+def test_from_onnx_folds_shape_arithmetic_of_static_shapes(tmp_path):
+    from tensortune.frontend.onnx_fold import fold_shape_arithmetic
+
+    module = _ChannelShuffle().eval()
+    path = tmp_path / "shuffle.onnx"
+    _export_onnx(module, path, dynamic_batch=True)  # keeps the Shape -> ... -> Reshape chain
+    raw = onnx.load(str(path))
+    assert {"Shape", "Gather", "Div"} <= {n.op_type for n in raw.graph.node}
+    folded = fold_shape_arithmetic(raw, {"data": [2, 3, 8, 8]})
+    assert not {"Shape", "Gather", "Div"} & {n.op_type for n in folded.graph.node}
+    assert "Shape" in {n.op_type for n in raw.graph.node}  # the caller's model is untouched
+    # imported at a fixed batch, the convolution after the view legalizes
+    model = from_onnx(path, input_shapes={"data": (2, 3, 8, 8)})
+    x = np.random.default_rng(4).standard_normal((2, 3, 8, 8)).astype("float32")
+    _default_build_matches_torch(model, module, x)

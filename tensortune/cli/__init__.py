@@ -5,13 +5,14 @@
 * ``dataset``: ``dataset collect|remeasure|info|features``;
 * ``costmodel``: ``costmodel eval|compare``;
 * ``schedule``: ``schedule`` (many jobs under one scheduler) and ``experiment`` (grids);
+* ``service``: ``serve`` (the tuning service) and its clients ``submit``, ``jobs``, ``fetch``;
 * ``common``: the console and the helpers they share.
 """
 from __future__ import annotations
 
 import typer
 
-from . import costmodel, dataset, model, ops, schedule
+from . import costmodel, dataset, model, ops, schedule, service
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="tensortune: tune tensor programs on Apache TVM.")
@@ -20,6 +21,7 @@ model.register(app)
 dataset.register(app)
 costmodel.register(app)
 schedule.register(app)
+service.register(app)
 
 
 def main() -> None:  # pragma: no cover - console entry point

@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 
 from .model import Model, ModelImportError, UnsupportedOperatorError
+from .onnx_fold import fold_shape_arithmetic
 
 # the converter keys operators by op_type alone; a node of another domain would be converted
 # as the standard operator of the same name, so only these domains are trusted
@@ -35,6 +36,7 @@ def from_onnx(path_or_model, input_shapes: dict[str, tuple[int, ...]] | None = N
     if unsupported:
         raise UnsupportedOperatorError("onnx", unsupported)
     shape_dict, dtype_dict = _signature(model, dict(input_shapes or {}))
+    model = fold_shape_arithmetic(model, shape_dict)
     try:
         mod = relax_from_onnx(model, shape_dict=shape_dict, dtype_dict=dtype_dict)
     except Exception as err:  # the converter's own check and converters refusing attributes

@@ -43,7 +43,7 @@ class Job:
     priority: int = 0
     context: dict = field(default_factory=dict)  # what the job keeps (a model's Session)
     # set by the scheduler
-    state: str = "waiting"  # waiting, running, done, failed
+    state: str = "waiting"  # waiting, running, done, failed, cancelled
     error: str = ""
     result: Any = None
     summary: dict = field(default_factory=dict)
@@ -88,7 +88,8 @@ class Report:
 
 class StageScheduler:
     """Runs jobs' stages on ``resources`` under ``policy``; ``on_event(kind, job, info)`` is
-    told of each stage's start and end (a live table, a service's progress)."""
+    told of each stage's ``start`` and ``end`` (info: the stage) and of each job's end,
+    ``done`` or ``failed`` (info: the error), for a live table or a service's progress."""
 
     def __init__(self, resources: Resources, policy: str = "load-aware",
                  on_event: Callable[[str, Job, Any], None] | None = None,
@@ -120,6 +121,19 @@ class StageScheduler:
             self.jobs.append(job)
         self._done.put(None)  # wake the loop
         return job
+
+    def cancel(self, name: str) -> bool:
+        """Cancel a waiting or running job: a stage already running finishes, none starts
+        after it. False when no live job has that name."""
+        with self._lock:
+            job = next((j for j in self.jobs if j.name == name), None)
+            if job is None or job.state not in ("waiting", "running"):
+                return False
+            job.state, job.current = "cancelled", ""
+            if not job._running:
+                self._close(job)
+        self._done.put(None)
+        return True
 
     def stop(self) -> None:
         """Make ``run(until_idle=False)`` return once the running stages end."""
@@ -270,8 +284,13 @@ class StageScheduler:
             self.events.append(Event(job.name, stage.kind, resource, stage.size, start, end,
                                      stage.task))
             job.served_s += end - start
+            if stage.kind == MEASURE and error is None:
+                job.trials += stage.size
             if self.on_event:
                 self.on_event("end", job, stage)
+            if job.state == "cancelled":
+                self._close(job)
+                return
             if isinstance(error, DeviceUnavailable) and device is not None:
                 # an infrastructure failure: the stage waits for another device, uncharged
                 device.down = str(error)
@@ -281,8 +300,6 @@ class StageScheduler:
             if error is not None:
                 self._fail(job, error)
                 return
-            if stage.kind == MEASURE:
-                job.trials += stage.size
             self._advance(job, value)
 
     def _advance(self, job: Job, value, first: bool = False) -> None:
@@ -295,11 +312,19 @@ class StageScheduler:
                 job.summary = job.summarize(stop.value)
             except Exception as err:
                 job.error = f"summary failed: {err}"
+            if self.on_event:
+                self.on_event("done", job, None)
         except Exception as err:
             self._fail(job, err)
 
     def _fail(self, job: Job, err: BaseException) -> None:
-        job.state, job._pending, job.current = "failed", None, ""
+        job.state, job.current = "failed", ""
         job.error = f"{type(err).__name__}: {err}"
+        self._close(job)
+        if self.on_event:
+            self.on_event("failed", job, err)
+
+    def _close(self, job: Job) -> None:
+        job._pending = None
         if job._gen is not None:
             job._gen.close()

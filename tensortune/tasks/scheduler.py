@@ -89,7 +89,8 @@ class TaskScheduler:
 
     def stages(self, trials: int, on_step: Callable[[TaskProgress, int], None] | None = None,
                ) -> StageGen:
-        """``run`` as stage requests (``tuner.stages``); returns the ``ScheduleResult``."""
+        """``run`` as stage requests (``tuner.stages``); returns the ``ScheduleResult``.
+        ``on_step(task, trials)`` follows every batch; returning True ends the schedule."""
         start = time.perf_counter()
         spent, order = 0, []
         batch = self.settings.search.batch_size
@@ -109,8 +110,8 @@ class TaskScheduler:
             order.append(prog.name)
             if prog.loop.exhausted or prog.loop.stalled(prog.evaluator):
                 prog.done = True
-            if on_step:
-                on_step(prog, charged)
+            if on_step and on_step(prog, charged):
+                break  # the caller has what it needs (a service's latency target is met)
         return ScheduleResult(
             {p.name: result_of(p.evaluator, p.loop.stalled(p.evaluator)) for p in self.progress},
             {p.name: p.skipped for p in self.progress if p.skipped}, spent,

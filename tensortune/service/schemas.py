@@ -1,0 +1,62 @@
+"""The API's answers as typed models: what ``/openapi.json`` promises clients."""
+from typing import Literal
+
+from pydantic import BaseModel
+
+State = Literal["queued", "running", "done", "failed", "cancelled"]
+
+
+class JobCreated(BaseModel):
+    id: str
+    state: State
+    name: str
+
+
+class TaskView(BaseModel):
+    name: str
+    key: str
+    weight: float
+    trials: int
+    best_us: float | None
+    # where the best came from: tuned (this job), exact or family (the records index),
+    # template seed (never measured), or none
+    source: str | None = None
+
+
+class CurvePoint(BaseModel):
+    trials: int
+    predicted_ms: float | None = None  # the kernels' best times plus what lies between
+    latency_ms: float | None = None  # the whole model, timed
+
+
+class JobView(BaseModel):
+    id: str
+    state: State
+    name: str
+    sla_ms: float | None
+    sla_met: bool | None
+    latency_ms: float | None
+    predicted_ms: float | None
+    trials: int
+    trials_done: int
+    progress: float
+    target: str
+    hardware_free: bool
+    tasks: list[TaskView]
+    errors: dict[str, int]
+    error: str
+    note: str
+    current: str
+    restarts: int
+    created: float
+    updated: float
+    artifact: str | None
+    curve: list[CurvePoint] | None = None
+
+
+class Health(BaseModel):
+    status: str
+    uptime_s: float
+    scheduler: str
+    scheduler_alive: bool
+    jobs: dict[str, int]
