@@ -9,7 +9,7 @@ Build each, time all of them in interleaved rounds (numpy in, numpy out), and pr
 latency, tuning time and candidates compiled and timed, and one JSON line.
 
     python benchmarks/bench_hardware_free.py [--models resnet18,mobilenet_v2] [--trials 800]
-        [--pretrained-trials 200] [--tuned-home DIR] [--verify-top 2] [--home DIR]
+        [--pretrained-trials 200] [--tuned-home DIR] [--verify-top 2] [--fast] [--home DIR]
 """
 from __future__ import annotations
 
@@ -39,10 +39,11 @@ def measured(name: str, settings: Settings, trials: int,
                "timed": result.trials}
 
 
-def hardware_free(name: str, settings: Settings, verify_top: int) -> tuple[Session, dict]:
+def hardware_free(name: str, settings: Settings, verify_top: int,
+                  effort: str = "full") -> tuple[Session, dict]:
     s = Session.from_zoo(name, settings=settings)
     start = time.perf_counter()
-    counts = s.tune_hardware_free(verify_top=verify_top)
+    counts = s.tune_hardware_free(verify_top=verify_top, effort=effort)
     s.build()
     return s, {"tune_s": time.perf_counter() - start, "compiled": counts["compiled"],
                "timed": counts["timed"], "predicted_ms": counts["predicted_ms"]}
@@ -72,6 +73,9 @@ def bench_one(name: str, args, home: Path) -> dict:
     if not args.no_hardware_free:
         rows["hardware-free"] = hardware_free(name, dataclasses.replace(
             base, home=home / f"free-{name}"), 0)
+    if args.fast:
+        rows["hardware-free, fast"] = hardware_free(name, dataclasses.replace(
+            base, home=home / f"fast-{name}"), 0, effort="fast")
     if args.verify_top:
         rows[f"hardware-free, top {args.verify_top} timed"] = hardware_free(
             name, dataclasses.replace(base, home=home / f"verify-{name}"), args.verify_top)
@@ -110,6 +114,9 @@ def main(argv=None) -> int:
     ap.add_argument("--verify-top", type=int, default=2)
     ap.add_argument("--no-hardware-free", action="store_true",
                     help="leave out the hardware-free row (with --verify-top 0)")
+    ap.add_argument("--fast", action="store_true",
+                    help="also hardware-free with effort fast (no search: seeds ranked, the "
+                    "best three compiled)")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--per-round", type=int, default=10)
     ap.add_argument("--home", default=None)

@@ -196,12 +196,14 @@ class Session:
                          cost_model=cost_model)
 
     def tune_hardware_free(self, verify_top: int = 0, on_task: Callable | None = None,
-                           model=None) -> dict:
+                           model=None, effort: str = "full") -> dict:
         """Pick every task's config from the shipped cost model's predictions (``tuner.static``,
         Tuna's mode; for a CUDA target the analytical GPU model over nvcc's PTX,
         ``cost_model.gpu_analytic``): candidates are compiled for their features, none is run. With
         ``verify_top`` the K best predicted configs of each task are timed here (only where
-        this host can run the target) and the fastest is kept. Returns the counts
+        this host can run the target) and the fastest is kept. ``effort="fast"`` skips the
+        search: each task's seeds, the best three by the cheap model compiled
+        (``tuner.static.predict_best``). Returns the counts
         (``compiled``, ``timed``) and the predicted latency of the tuned functions. ``model``
         replaces the shipped one (``tuner.pretrained_model``)."""
         from .measure import LocalBuilder, LocalRunner
@@ -224,7 +226,7 @@ class Session:
         with shipped_model(self.settings, model) as model:
             for t in tasks:
                 self.static[t.key] = predict_best(t.task, model, self.settings,
-                                                  seed=self.settings.seed)
+                                                  seed=self.settings.seed, effort=effort)
                 if on_task:
                     on_task(t, self.static[t.key])
         timed = 0
@@ -240,7 +242,7 @@ class Session:
                     if ran is not None:  # the fastest measured config replaces the pick
                         self.verified[t.key] = config
         predicted = [(t.weight, self.static[t.key].predicted_seconds) for t in tasks]
-        summary = {"mode": "hardware-free", "compiled": sum(r.compiled for r in
+        summary = {"mode": "hardware-free", "effort": effort, "compiled": sum(r.compiled for r in
                                                              self.static.values()),
                    "timed": timed, "predicted_ms": sum(w * s for w, s in predicted if s) * 1e3}
         self.stages["tune"] = self.stages.get("tune", 0.0) + time.perf_counter() - start

@@ -71,7 +71,8 @@ def test_eligible_pairs_fuse_and_the_model_still_matches(inverted):
         assert seeds, t.name
         best[t.key] = seeds[0]
     compiled = build_model(model, target, best, graph=FUSE_ALL)
-    assert set(compiled.tuned) == {n for t in fused for n in t.functions}
+    # the others are built with their own template's seed (build_model's fallback)
+    assert {n for t in fused for n in t.functions} <= set(compiled.tuned)
     np.testing.assert_allclose(compiled.run(x)[0], expected, rtol=1e-4, atol=1e-4)
 
 

@@ -117,3 +117,19 @@ def test_hardware_free_tunes_without_timing_then_verify_top_times_only_the_best(
     assert len(again.verified) == len(tunable)
     again.build()
     np.testing.assert_allclose(again.run(inputs[0].numpy())[0], expected, rtol=1e-3, atol=1e-3)
+
+
+def test_fast_hardware_free_compiles_at_most_three_seeds_per_task(settings):
+    from tensortune.tuner.static import FAST_COMPILED
+
+    module, inputs = _tiny()
+    expected = module(*inputs).detach().numpy()
+    s = Session.from_torch(module, inputs, name="tiny", settings=settings)
+    seen = []
+    counts = s.tune_hardware_free(effort="fast", on_task=lambda t, res: seen.append(res))
+    assert counts["effort"] == "fast" and counts["timed"] == 0
+    assert seen and all(0 < res.compiled <= FAST_COMPILED for res in seen)
+    s.build()
+    np.testing.assert_allclose(s.run(inputs[0].numpy())[0], expected, rtol=1e-3, atol=1e-3)
+    with pytest.raises(ValueError, match="unknown effort"):
+        s.tune_hardware_free(effort="slow")

@@ -233,3 +233,12 @@ def test_metaschedule_database_applies_our_schedules(net, tasks, best, target, t
     np.testing.assert_allclose(compiled.run(x)[0], expected, rtol=1e-4, atol=1e-5)
     lines = (work_dir / "database_tuning_record.json").read_text().splitlines()
     assert len(lines) == len(best)
+
+
+def test_functions_without_a_config_get_their_seed_the_untuned_build_none(net, tasks, target):
+    model, x, expected = net
+    seeded = build_model(model, target, {}, graph=NCHW)
+    tunable = {name for t in tasks if t.tunable for name in t.functions}
+    assert seeded.tuned and set(seeded.tuned) <= tunable  # never a reshape (a view)
+    np.testing.assert_allclose(seeded.run(x)[0], expected, rtol=1e-4, atol=1e-4)
+    assert not build_model(model, target, None, graph=NCHW).tuned

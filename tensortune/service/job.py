@@ -162,17 +162,11 @@ def job_stages(plan: JobPlan, settings: Settings, index: RecordsIndex, store: St
 
 def _configs(index: RecordsIndex, tasks, progress: Progress) -> dict:
     """What the model is built with: each task's best known config; a task never measured
-    (a small budget) gets its template's first seed, not TVM's unscheduled default, which
-    is 10-40x slower (SqueezeNet 1.1: 4.9 ms against 195 ms)."""
-    from ..space import task_seeds
-
+    (a small budget) is built with its template's first seed (``tasks.build_model``)."""
     best = {k: b.config for k, b in index.best_configs([t.task for t in tasks]).items()}
     for t in tasks:
         if t.key not in best:
-            seeds = task_seeds(t.task)
-            if seeds:
-                best[t.key] = seeds[0]
-                progress.match.setdefault(t.key, "template seed")
+            progress.match.setdefault(t.key, "template seed")
     return best
 
 

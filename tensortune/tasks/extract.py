@@ -190,12 +190,12 @@ def extract_tasks(model: Model, target: dict, template: str | None = None,
     tasks = []
     for workload, weight, names, call in groups.values():
         task = Task(workload, dict(target), template)
-        tunable, reason = _tunability(task, call)
+        tunable, reason = tunability(task, call)
         tasks.append(TuneTask(task, weight, tuple(names), tunable, reason))
     return tasks
 
 
-def _tunability(task: Task, call: FusedCall) -> tuple[bool, str]:
+def tunability(task: Task, call: FusedCall) -> tuple[bool, str]:
     from tvm.relax.analysis import has_reshape_pattern
 
     if call.symbolic_args:

@@ -51,10 +51,18 @@ STATIC_ES = {"es_starts": 4, "es_population": 8, "es_generations": 6}
 COSTLY_ES = {"es_starts": 2, "es_population": 8, "es_generations": 3}
 
 
+EFFORTS = ("full", "fast")
+FAST_COMPILED = 3  # ``fast``: the seeds the cheap model ranks best, compiled for the costly one
+
+
 def predict_best(task: Task, model, settings: Settings, shortlist: int = 16,
-                 seed: int = 0) -> StaticResult:
+                 seed: int = 0, effort: str = "full") -> StaticResult:
     """Rank configs of ``task`` by ``model`` (a ``PretrainedModel``, or one wrapped in
-    ``Prescreened`` with a cheap one) without running any; see the module docstring."""
+    ``Prescreened`` with a cheap one) without running any; see the module docstring.
+    ``effort="fast"`` searches nothing: the template's seeds, ranked by the cheap model, the
+    best few compiled and ranked by the costly one."""
+    if effort not in EFFORTS:
+        raise ValueError(f"unknown effort {effort!r}; choose one of {', '.join(EFFORTS)}")
     from ..search.evolution import evolve
 
     start = time.perf_counter()
@@ -73,10 +81,14 @@ def predict_best(task: Task, model, settings: Settings, shortlist: int = 16,
     limits = STATIC_ES if cheap is not costly else COSTLY_ES
     search = dataclasses.replace(settings.search, **{k: min(v, getattr(settings.search, k))
                                                      for k, v in limits.items()})
-    found = evolve(space, score, shortlist, frozenset(), rng, search, seeds)
+    found = evolve(space, score, shortlist, frozenset(), rng, search, seeds) \
+        if effort == "full" or not seeds else []
     candidates = [c for c in dict.fromkeys([*seeds, *found]) if _valid(task, c, space)]
     if not candidates:
         return StaticResult(task, (), 0, time.perf_counter() - start)
+    if effort == "fast" and costly is not cheap and len(candidates) > FAST_COMPILED:
+        order = np.argsort(-score(candidates), kind="stable")[:FAST_COMPILED]
+        candidates = [candidates[i] for i in order]
     inputs = [MeasureInput(task, c) for c in candidates]
     if costly is cheap:  # one model: it compiled what it scored if its features compile
         scores = score(candidates)
