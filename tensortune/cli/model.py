@@ -27,6 +27,9 @@ def tune_model(
                                             "shipped cost model's predictions (Tuna's mode)"),
     verify_top: int = typer.Option(0, help="with --hardware-free: time the K best predicted "
                                            "configs of each task and keep the fastest"),
+    effort: str = typer.Option("full", help="with --hardware-free: full (a search per task, "
+                               "its shortlist compiled) | fast (the template's seeds ranked, "
+                               "the best three compiled: a quarter of the time)"),
     target: str = typer.Option("host", help="host | llvm:<mcpu> (e.g. llvm:znver4; timing "
                                "needs a host that runs it) | cuda:<arch> (--hardware-free)"),
     seed: int = typer.Option(0),
@@ -69,12 +72,17 @@ def tune_model(
         if not t.tunable:
             console.print(f"  [dim]untunable: {t.describe()}[/dim]")
 
-    if verify_top and not hardware_free:
-        console.print("[red]error:[/red] --verify-top goes with --hardware-free")
+    from ..tuner.static import EFFORTS
+
+    if effort not in EFFORTS:
+        console.print(f"[red]error:[/red] --effort is one of {', '.join(EFFORTS)}, not {effort!r}")
+        raise typer.Exit(2)
+    if (verify_top or effort != "full") and not hardware_free:
+        console.print("[red]error:[/red] --verify-top and --effort go with --hardware-free")
         raise typer.Exit(2)
     try:
         if hardware_free:
-            counts = _tune_hardware_free(session, verify_top)
+            counts = _tune_hardware_free(session, verify_top, effort)
         else:
             counts = _tune_measured(session, tunable, trials, scheduler, tuner, cost_model)
     except (SessionError, ValueError) as err:
@@ -215,7 +223,7 @@ def _tune_measured(session, tunable, trials, scheduler, tuner, cost_model) -> di
     return {"trials": result.trials, "compiled": result.trials, "timed": result.trials}
 
 
-def _tune_hardware_free(session, verify_top: int) -> dict:
+def _tune_hardware_free(session, verify_top: int, effort: str = "full") -> dict:
     """Pick configs from the shipped model's predictions; print each task's pick."""
     from ..session import task_label
 
@@ -225,7 +233,7 @@ def _tune_hardware_free(session, verify_top: int) -> dict:
                       + (f"predicted {pred * 1e6:.1f} us" if pred else "no valid config"),
                       highlight=False)
 
-    counts = session.tune_hardware_free(verify_top=verify_top, on_task=on_task)
+    counts = session.tune_hardware_free(verify_top=verify_top, on_task=on_task, effort=effort)
     console.print(f"hardware-free: {counts['compiled']} candidates compiled, {counts['timed']} "
                   f"timed; predicted {counts['predicted_ms']:.2f} ms in the tuned functions")
     return {"trials": counts["timed"], "compiled": counts["compiled"], "timed": counts["timed"],

@@ -9,7 +9,7 @@ from .hardware_cpu import HardwareCPUFeatures
 from .hardware_cuda import HardwareCUDAFeatures
 from .itervar import IterVarFeatures, feature_names
 from .knob import KnobFeatures
-from .list_schedule import IlpFeatures
+from .ilp import IlpFeatures
 from .roofline import RooflineFeatures
 
 EXTRACTORS = {"knob": KnobFeatures, "itervar": IterVarFeatures, "curve": CurveFeatures,

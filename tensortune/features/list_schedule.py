@@ -11,7 +11,7 @@ throughput bound (the busiest port, or the issue width) and, for blocks inside l
 loop-carried recurrence (the longest chain from a register's value on entry to its value for the
 next pass: an accumulator's FMA chain). Out of order, a loop's passes overlap, so its
 steady-state cost is the larger of throughput and recurrence (``pipelined``). Pure text, no TVM:
-parsing is ``asm_cpu``'s, blocks and loops ``cfg``/``asm_loops``'s; ``IlpFeatures`` gets the
+parsing is ``asm_cpu``'s, blocks and loops ``cfg``/``asm_loops``'s; ``ilp.IlpFeatures`` gets the
 assembly through the ``hardware`` extractor, which compiles each candidate once for both.
 """
 from __future__ import annotations
@@ -23,12 +23,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..measure.types import MeasureInput
 from . import asm_loops
 from .asm_cpu import Instruction, classify, is_memory, reads, registers, writes
 from .cfg import CodeLoop, basic_blocks
 from .loop_map import innermost, instruction_weights, loop_weights
-from .roofline import ports_of
+from .ports import ports_of
 
 
 # -- cores ----------------------------------------------------------------------------------------
@@ -76,7 +75,7 @@ GOLDEN_COVE = Core("golden_cove", {
 
 def core_of(target: dict) -> Core:
     """The core class of an LLVM CPU target (AMD Zen by ``mcpu``, else Golden Cove), its pipe
-    width taken from ``roofline.ports_of`` (256 bits on Zen 3 and Zen 4)."""
+    width taken from ``ports.ports_of`` (256 bits on Zen 3 and Zen 4)."""
     mcpu = str(target.get("mcpu", ""))
     base = ZEN if mcpu.startswith("znver") else GOLDEN_COVE
     return Core(base.name, base.units, ports_of(target).fp_bits, base.issue)
@@ -390,39 +389,6 @@ def invalid_row() -> np.ndarray:
     return row
 
 
-class IlpFeatures:
-    """Tuna's list-scheduled cycles of each candidate's assembly (``FEATURE_NAMES``).
-
-    The assembly is the ``hardware`` extractor's: it is asked to schedule it too
-    (``with_ilp``), so a candidate compiled for both feature sets is compiled once; a feature
-    store's wrapper of it lends the extractor it wraps (its stored rows hold no assembly).
-    """
-
-    name = "ilp"
-    source = "hardware"  # the extractor this one derives from; make_extractor shares it
-
-    def __init__(self, hardware=None):
-        if hardware is None:
-            from .hardware_cpu import HardwareCPUFeatures
-
-            hardware = HardwareCPUFeatures()
-        if getattr(hardware, "name", None) != self.source:
-            raise ValueError(f"ilp derives from the {self.source!r} extractor, "
-                             f"not {getattr(hardware, 'name', hardware)!r}")
-        self.hardware = hardware
-        self._compiler = getattr(hardware, "inner", hardware).with_ilp()
-
-    @property
-    def dim(self) -> int:
-        return len(FEATURE_NAMES)
-
-    def extract(self, inputs: Sequence[MeasureInput]) -> np.ndarray:
-        return self._compiler.ilp_rows(inputs)
-
-    def close(self) -> None:
-        getattr(self.hardware, "close", lambda: None)()
-
-
-__all__ = ["IlpFeatures", "Core", "Unit", "ZEN", "GOLDEN_COVE", "core_of", "dependence_graph",
+__all__ = ["Core", "Unit", "ZEN", "GOLDEN_COVE", "core_of", "dependence_graph",
            "list_schedule", "schedule_block", "BlockSchedule", "code_weights", "program_stats",
            "ilp_row", "FEATURE_NAMES"]

@@ -18,34 +18,12 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
 from ..measure.types import MeasureInput
 from .hardware_cpu import DYNAMIC, FEATURE_NAMES as HW_NAMES
-
-
-@dataclass(frozen=True)
-class PortModel:
-    """Instructions of each class one core retires per cycle (Zen 5 / Xeon defaults)."""
-
-    fp: float = 2.0  # FMA and other FP arithmetic share two pipes ...
-    fp_bits: int = 512  # ... this wide; a wider vector instruction takes several passes
-    load: float = 2.0
-    store: float = 1.0
-    shuffle: float = 1.0
-    issue: float = 6.0
-
-
-# Cores whose FP pipes are narrower than their widest vectors (Zen 4 runs AVX-512 on 256-bit
-# pipes, so a zmm FMA retires at one per cycle, not two); LLVM's -mcpu names.
-PORTS = {"znver3": PortModel(fp_bits=256), "znver4": PortModel(fp_bits=256)}
-
-
-def ports_of(target: dict) -> PortModel:
-    """The port model of an LLVM CPU target, by its ``mcpu``."""
-    return PORTS.get(target.get("mcpu", ""), PortModel())
+from .ports import PortModel, ports_of
 
 
 RESOURCES = ("fp", "load", "store", "shuffle", "issue")

@@ -89,6 +89,13 @@ def test_tune_model_compares_with_onnxruntime_and_hardware_free_times_nothing(tm
     assert summary["timed"] == 0 and summary["compiled"] > 0 and summary["tuned_ms"] > 0
     res = runner.invoke(app, ["tune-model", str(path), "--verify-top", "2"])
     assert res.exit_code == 2 and "--hardware-free" in res.output
+    res = runner.invoke(app, ["tune-model", str(path), "--hardware-free", "--effort", "fast",
+                              "--no-compare", "--json"])
+    assert res.exit_code == 0, res.output
+    fast = json.loads(res.output.strip().splitlines()[-1])
+    assert fast["timed"] == 0 and 0 < fast["compiled"] < summary["compiled"]
+    res = runner.invoke(app, ["tune-model", str(path), "--hardware-free", "--effort", "lazy"])
+    assert res.exit_code == 2 and "--effort is one of full, fast" in res.output
 
 
 def test_tune_op_hardware_free_compiles_but_times_only_the_verified(tmp_path, monkeypatch):
