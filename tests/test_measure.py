@@ -250,3 +250,42 @@ def test_a_candidate_timed_beside_busy_processes_is_retimed_then_marked(builder,
     assert result.ok and result.verified, result.message
     assert "busy cores of other processes" in result.message
     assert result.run_s >= 2 * 2 * 0.150  # both attempts' timing runs are counted
+
+
+@pytest.mark.parametrize("has_ld", [True, False])
+def test_fast_link_makes_a_library_tvm_runs_with_ld_or_falls_back_to_tvms_linker(
+        tmp_path, monkeypatch, has_ld):
+    import shutil
+
+    import tvm
+    from tvm import te
+    from tvm.support import cc as tvm_cc
+
+    from tensortune.measure import link
+
+    calls = []
+    real_create_shared = tvm_cc.create_shared
+    monkeypatch.setattr(tvm_cc, "create_shared", lambda *a, **k: calls.append(a) or
+                        real_create_shared(*a, **k))
+    if not has_ld:
+        real_which = shutil.which
+        monkeypatch.setattr(link.shutil, "which", lambda n: None if n == "ld" else real_which(n))
+    a = te.placeholder((64,), name="a")
+    b = te.compute((64,), lambda i: te.exp(a[i]) * 2.0, name="b")
+    lib = tvm.compile(te.create_prim_func([a, b]), target="llvm")
+    path = str(tmp_path / "lib.so")
+    lib.export_library(path, fcompile=link.fast_link)
+    assert len(calls) == (0 if has_ld else 1)  # ld itself, or g++ through TVM when ld is missing
+    x = np.random.default_rng(0).random(64, dtype="float32")
+    out = tvm.runtime.tensor(np.zeros(64, "float32"))
+    tvm.runtime.load_module(path)["main"](tvm.runtime.tensor(x), out)
+    np.testing.assert_allclose(out.numpy(), np.exp(x) * 2.0, rtol=1e-5)
+
+
+def test_fast_link_names_the_linkers_complaint(tmp_path):
+    from tensortune.measure.link import fast_link
+
+    bad = tmp_path / "bad.o"
+    bad.write_bytes(b"not an object file")
+    with pytest.raises(RuntimeError, match="ld failed"):
+        fast_link(str(tmp_path / "x.so"), [str(bad)])

@@ -8,6 +8,7 @@ import tempfile
 import time
 import uuid
 
+from .link import fast_link
 from .pool import CRASHED, TIMEOUT, JobFailure, WorkerPool, first_line, pin_and_init
 from .types import BuildResult, ErrorKind, MeasureInput
 
@@ -53,7 +54,7 @@ def _build_one(job: dict) -> tuple[str, str, str | None, float, dict | None]:
         mod, prepack = split_prepack(sch.mod["main"], getattr(task.workload, "num_outputs", 1))
         executable = tvm.compile(mod, target=task.tvm_target())
         path = os.path.join(job["dir"], f"{uuid.uuid4().hex}.so")
-        executable.export_library(path)
+        executable.export_library(path, fcompile=fast_link)
     except Exception as err:  # TVM lowering/codegen errors and linker failures alike
         return (ErrorKind.COMPILE_ERROR.value, first_line(err), None, time.perf_counter() - start,
                 None)
