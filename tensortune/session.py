@@ -203,12 +203,12 @@ class Session:
         ``verify_top`` the K best predicted configs of each task are timed here (only where
         this host can run the target) and the fastest is kept. ``effort="fast"`` skips the
         search: each task's seeds, the best three by the cheap model compiled
-        (``tuner.static.predict_best``). Returns the counts
+        (``tuner.static.predict_many``). Returns the counts
         (``compiled``, ``timed``) and the predicted latency of the tuned functions. ``model``
         replaces the shipped one (``tuner.pretrained_model``)."""
         from .measure import LocalBuilder, LocalRunner
         from .records import RecordWriter
-        from .tuner.static import predict_best, shipped_model, time_top
+        from .tuner.static import predict_many, shipped_model, time_top
         from .workload import missing_host_features
 
         tasks = [t for t in self.extract() if t.tunable]
@@ -224,11 +224,12 @@ class Session:
         start = time.perf_counter()
         self.static = {}
         with shipped_model(self.settings, model) as model:
-            for t in tasks:
-                self.static[t.key] = predict_best(t.task, model, self.settings,
-                                                  seed=self.settings.seed, effort=effort)
+            picks = predict_many([t.task for t in tasks], model, self.settings,
+                                 seed=self.settings.seed, effort=effort)
+            for t, result in zip(tasks, picks, strict=True):
+                self.static[t.key] = result
                 if on_task:
-                    on_task(t, self.static[t.key])
+                    on_task(t, result)
         timed = 0
         if verify_top:
             m = self.settings.measure

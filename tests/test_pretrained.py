@@ -84,3 +84,39 @@ def test_hardware_free_pick_ranks_by_the_model_and_compiles_only_the_shortlist()
     assert cost(found[0]) <= 1.5 * cost(oracle_best)
     wrapped = Prescreened(model, model, shortlist=2)
     assert wrapped.predict([MeasureInput(TASK, found[0])]).shape == (1,)
+
+
+class _Counting:
+    """A stand-in model: a fixed score per config, and the size of every ``predict`` call."""
+
+    def __init__(self, salt: int):
+        self.salt, self.calls = salt, []
+
+    def predict(self, inputs):
+        self.calls.append(len(inputs))
+        return np.array([float(hash((self.salt, json.dumps(i.config.to_json(), sort_keys=True)))
+                               % 1000) for i in inputs])
+
+
+@pytest.mark.parametrize("effort", ["fast", "full"])
+def test_predict_many_ranks_several_tasks_in_one_costly_call_as_predict_best_does(effort):
+    from tensortune.tuner.static import FAST_COMPILED, predict_best, predict_many
+    from tensortune.workload import Conv2d, Matmul, Task, default_target
+
+    target = default_target()
+    tasks = [Task(Matmul(m=32, n=48, k=40), target), Task(Matmul(m=24, n=72, k=16), target),
+             Task(Conv2d(n=1, c=3, h=15, w=15, filters=24, kh=3, kw=3, stride=2, padding=1),
+                  target)]
+    settings = Settings()
+    costly = _Counting(1)
+    many = list(predict_many(tasks, Prescreened(_Counting(0), costly), settings,
+                             shortlist=4, effort=effort, batch=100))
+    assert costly.calls == [sum(r.compiled for r in many)]  # every task's shortlist at once
+    if effort == "fast":
+        assert all(0 < r.compiled <= FAST_COMPILED for r in many)
+    for task, got in zip(tasks, many, strict=True):
+        alone = predict_best(task, Prescreened(_Counting(0), _Counting(1)), settings,
+                             shortlist=4, effort=effort)
+        assert got.task == task and got.ranked == alone.ranked and got.compiled == alone.compiled
+    with pytest.raises(ValueError, match="unknown effort"):
+        predict_many(tasks, costly, settings, effort="slow")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -61,8 +62,41 @@ def predict_best(task: Task, model, settings: Settings, shortlist: int = 16,
     ``Prescreened`` with a cheap one) without running any; see the module docstring.
     ``effort="fast"`` searches nothing: the template's seeds, ranked by the cheap model, the
     best few compiled and ranked by the costly one."""
+    return next(predict_many([task], model, settings, shortlist, seed, effort))
+
+
+def predict_many(tasks, model, settings: Settings, shortlist: int = 16, seed: int = 0,
+                 effort: str = "full", batch: int = 16) -> Iterator[StaticResult]:
+    """``predict_best`` of each of ``tasks``, in order. The costly model ranks the candidates of
+    several tasks in one call (at least ``batch`` of them): its features compile each one in
+    worker processes, and ``fast``'s three a task left one of two workers idle half the time."""
     if effort not in EFFORTS:
         raise ValueError(f"unknown effort {effort!r}; choose one of {', '.join(EFFORTS)}")
+
+    def results():
+        pending: list[_Shortlist] = []
+        for task in tasks:
+            pending.append(_shortlist(task, model, settings, shortlist, seed, effort))
+            if sum(len(p.candidates) for p in pending) >= batch:
+                yield from _rank(pending, model)
+                pending = []
+        yield from _rank(pending, model)
+
+    return results()
+
+
+@dataclass
+class _Shortlist:
+    task: Task
+    candidates: list
+    scores: np.ndarray | None  # set when one model both searched and ranked
+    compiled: int
+    seconds: float
+
+
+def _shortlist(task: Task, model, settings: Settings, shortlist: int, seed: int,
+               effort: str) -> _Shortlist:
+    """The candidates the cheap model leaves for the costly one to rank."""
     from ..search.evolution import evolve
 
     start = time.perf_counter()
@@ -84,21 +118,32 @@ def predict_best(task: Task, model, settings: Settings, shortlist: int = 16,
     found = evolve(space, score, shortlist, frozenset(), rng, search, seeds) \
         if effort == "full" or not seeds else []
     candidates = [c for c in dict.fromkeys([*seeds, *found]) if _valid(task, c, space)]
-    if not candidates:
-        return StaticResult(task, (), 0, time.perf_counter() - start)
     if effort == "fast" and costly is not cheap and len(candidates) > FAST_COMPILED:
         order = np.argsort(-score(candidates), kind="stable")[:FAST_COMPILED]
         candidates = [candidates[i] for i in order]
-    inputs = [MeasureInput(task, c) for c in candidates]
-    if costly is cheap:  # one model: it compiled what it scored if its features compile
+    scores, compiled = None, 0
+    if candidates and costly is cheap:  # one model: it compiled what it scored if it compiles
         scores = score(candidates)
         compiled = len(scored) if getattr(cheap, "compiles", False) else 0
-    else:
-        scores, compiled = np.asarray(costly.predict(inputs), dtype=float), len(candidates)
+    return _Shortlist(task, candidates, scores, compiled, time.perf_counter() - start)
+
+
+def _rank(pending: list[_Shortlist], model) -> Iterator[StaticResult]:
+    """Each shortlist ranked by the costly model, all in one ``predict`` call."""
+    costly = getattr(model, "costly", model)
+    start = time.perf_counter()
+    inputs = [MeasureInput(p.task, c) for p in pending if p.scores is None for c in p.candidates]
+    all_scores = iter(np.asarray(costly.predict(inputs), dtype=float) if inputs else ())
+    share = (time.perf_counter() - start) / max(1, len(inputs))
     scale = getattr(costly, "label_scale", None)
-    order = np.argsort(-scores, kind="stable")
-    ranked = tuple((candidates[i], float(scores[i]) * scale if scale else None) for i in order)
-    return StaticResult(task, ranked, compiled, time.perf_counter() - start)
+    for p in pending:
+        if p.scores is None:
+            p.scores = np.asarray([next(all_scores) for _ in p.candidates], dtype=float)
+            p.compiled, p.seconds = len(p.candidates), p.seconds + share * len(p.candidates)
+        order = np.argsort(-p.scores, kind="stable")
+        ranked = tuple((p.candidates[i], float(p.scores[i]) * scale if scale else None)
+                       for i in order)
+        yield StaticResult(p.task, ranked, p.compiled, p.seconds)
 
 
 @contextlib.contextmanager
