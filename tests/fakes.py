@@ -10,7 +10,7 @@ class FakeBuilder:
     def __init__(self):
         self.built = []
 
-    def build(self, inputs):
+    def build(self, inputs, limit=None):
         self.built.extend(i.config for i in inputs)
         return [BuildResult(path="fake.so", build_s=0.0) for _ in inputs]
 
@@ -25,13 +25,14 @@ class ReplayRunner:
     def run(self, inputs, builds, verify=None):
         self.calls += 1
         out = []
-        for inp in inputs:
+        for inp, build in zip(inputs, builds):
             try:
                 cost = self.cost_fn(inp.config, inp.task)
             except TypeError:
                 cost = self.cost_fn(inp.config)
             if cost is None:
-                out.append(MeasureResult((), ErrorKind.RUNTIME_ERROR, "boom"))
+                out.append(MeasureResult((), ErrorKind.RUNTIME_ERROR, "boom", build.build_s))
             else:
-                out.append(MeasureResult((cost, cost), verified=bool(verify and verify[0])))
+                out.append(MeasureResult((cost, cost), verified=bool(verify and verify[0]),
+                                         build_s=build.build_s))
         return out

@@ -54,6 +54,21 @@ def test_pool_reports_results_errors_timeouts_and_crashes_and_recovers():
         assert len(after) == 2 and len(pids & after) <= 1  # the killed workers were replaced
 
 
+def test_a_limit_that_tightens_as_jobs_finish_cuts_the_late_slow_job():
+    seen = []
+
+    def limit(done):  # 60 s until three jobs are done, then 1 s
+        seen.append(len(done))
+        return 60.0 if len(done) < 3 else 1.0
+
+    with WorkerPool(1) as pool:
+        start = time.monotonic()
+        out = pool.map(time.sleep, [0.01, 0.01, 0.01, 30], timeout_s=limit)
+        assert time.monotonic() - start < 20
+    assert out[:3] == [None] * 3 and out[3].kind == TIMEOUT and out[3].limit_s == 1.0
+    assert "1 s" in out[3].message and seen == [0, 1, 2, 3]
+
+
 def test_a_replacement_that_fails_to_start_is_retried_then_named(tmp_path, monkeypatch):
     monkeypatch.setattr(pool_module, "REPLACE_BACKOFF_S", 0.0)
     countdown = tmp_path / "countdown"
@@ -162,6 +177,15 @@ def test_builder_timeout_and_crash_leave_builder_usable(target, good):
     assert builds[1].error is ErrorKind.COMPILE_ERROR and "SIGSEGV" in builds[1].message
     assert builds[2].error is ErrorKind.NONE and builds[2].path
     assert not os.path.exists(b.workdir)  # close() removed its own temporary directory
+
+
+def test_a_batch_limit_replaces_the_builder_limit(target, good):
+    with LocalBuilder(workers=1, timeout_s=60.0) as b:
+        start = time.monotonic()
+        builds = b.build([faulty(target, "slow_build"), good], 1.5)
+        assert time.monotonic() - start < 30  # not the builder's 60 s
+        assert builds[0].error is ErrorKind.TIMEOUT and "1.5 s" in builds[0].message
+        assert builds[1].error is ErrorKind.NONE and builds[1].path
 
 
 class FakeRunner:

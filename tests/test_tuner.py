@@ -1,18 +1,19 @@
 """The evaluator and the loop: de-duplication, budget, records, resume, and a real tuning run."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
 import numpy as np
 import pytest
 
-from tensortune.measure import MeasureResult
+from tensortune.measure import ErrorKind, MeasureResult
 from tensortune.records import load_records
 from tensortune.search import STRATEGIES
 from tensortune.settings import MeasureSettings, SearchSettings, Settings
 from tensortune.space import task_space
-from tensortune.tuner import Evaluator, TuneLoop, make_loop, tune_task
+from tensortune.tuner import BuildLimit, Evaluator, TuneLoop, make_loop, tune_task
 from tensortune.workload import Matmul, Task, default_target
 
 from tests.fakes import FakeBuilder, ReplayRunner
@@ -52,6 +53,39 @@ def test_history_is_skipped_and_not_charged(space):
     ev = Evaluator(TASK, builder, ReplayRunner(synthetic_cost), budget=2, history=history)
     ev.evaluate([space.get(i) for i in range(5)])
     assert builder.built == [space.get(3), space.get(4)]
+
+
+class TimedBuilder(FakeBuilder):
+    """Every build takes ``build_s``; remembers the limit each batch was given."""
+
+    def __init__(self, build_s):
+        super().__init__()
+        self.build_s, self.limits = build_s, []
+
+    def build(self, inputs, limit=None):
+        self.limits.append(limit([]) if limit else None)
+        return [dataclasses.replace(b, build_s=self.build_s) for b in super().build(inputs)]
+
+
+def test_build_limit_follows_the_task_median_within_floor_and_ceiling():
+    limit = BuildLimit(ceiling_s=10.0, factor=10.0, floor_s=3.0, min_builds=4)
+    assert limit.seconds([0.1] * 3) == 10.0  # too few builds to judge: the ceiling
+    assert limit.seconds([0.1, 0.1, 0.2, 5.0]) == 3.0  # 10 x 0.15 s is under the floor
+    assert limit.seconds([0.5, 0.6, 0.7, 9.0]) == pytest.approx(6.5)
+    assert limit.seconds([2.0] * 4) == 10.0
+
+
+def test_evaluator_gives_each_batch_its_task_build_limit(space):
+    builder = TimedBuilder(build_s=0.5)
+    history = [(space.get(i), MeasureResult((1e-3,), build_s=0.4)) for i in range(2)]
+    # a compile error's build time says nothing about a good build's
+    history.append((space.get(2), MeasureResult((), ErrorKind.COMPILE_ERROR, build_s=9.0)))
+    ev = Evaluator(TASK, builder, ReplayRunner(synthetic_cost), budget=8, history=history,
+                   build_limit=BuildLimit(ceiling_s=10.0, factor=10.0, floor_s=1.0))
+    ev.evaluate([space.get(i) for i in range(3, 5)])  # two builds known: the ceiling
+    ev.evaluate([space.get(i) for i in range(5, 7)])  # 0.4, 0.4, 0.5, 0.5: median 0.45
+    assert builder.limits == [10.0, pytest.approx(4.5)]
+    assert Evaluator(TASK, builder, None, budget=1).build_timeout() is None
 
 
 def test_errors_are_counted_and_search_goes_on(space):

@@ -128,7 +128,7 @@ def collect_dataset(out: str | os.PathLike, tasks: Sequence[tuple[TaskInfo, Task
     task starts.
     """
     from ..space import task_space
-    from ..tuner import Evaluator, make_loop
+    from ..tuner import BuildLimit, Evaluator, make_loop
 
     if per_task < 0:
         raise ValueError(f"per_task must be >= 0, got {per_task}")
@@ -171,7 +171,8 @@ def collect_dataset(out: str | os.PathLike, tasks: Sequence[tuple[TaskInfo, Task
                 loop = make_loop(tuner, space, settings, features)
                 evaluator = Evaluator(task, builder, runner, goal - done,
                                       [writer.append, keep, *callbacks],
-                                      [(c, r) for c, r in past.items() if c in space], m.verify)
+                                      [(c, r) for c, r in past.items() if c in space], m.verify,
+                                      BuildLimit.from_settings(m))
                 spent[tuner] = loop.run(evaluator).trials
                 done += spent[tuner]
             summary.append(CollectedTask(info.name, before, spent["random"], spent["xgb"], best[0]))

@@ -1,8 +1,10 @@
 """A small pool of persistent worker processes that outlives jobs that crash or hang.
 
 Workers are started with the "spawn" context (TVM's threads and LLVM state must not be forked),
-import their heavy modules once through ``initializer`` and then serve jobs over a ``Pipe`` until
-closed. A job that overruns its time limit gets its worker killed and replaced; a job that kills
+or from a "forkserver" that imported the ``preload`` modules once and never ran a kernel or a
+compiler (a replacement then starts in milliseconds instead of the seconds an import of TVM
+takes); they import their heavy modules through ``initializer`` and then serve jobs over a
+``Pipe`` until closed. A job that overruns its time limit gets its worker killed and replaced; a job that kills
 its worker (a segfault in generated code) is reported with the signal and the worker replaced.
 A replacement that fails to start is tried again, up to ``REPLACE_ATTEMPTS`` times.
 """
@@ -35,6 +37,7 @@ class JobFailure:
     kind: str  # TIMEOUT, CRASHED or ERROR
     message: str
     exitcode: int | None = None
+    limit_s: float = 0.0  # for TIMEOUT: the limit the job overran
 
 
 def describe_exit(exitcode: int | None) -> str:
@@ -65,8 +68,10 @@ def pin_and_init(cpus: tuple[int, ...] | None, initializer: Callable[[], None] |
         initializer()
 
 
-def _serve(conn, initializer) -> None:
+def _serve(conn, initializer, affinity) -> None:
     """Body of a worker process: initialize, say ready, then answer ``(fn, job)`` requests."""
+    if affinity:  # the pool owner's cores now, not the forkserver's at its start
+        os.sched_setaffinity(0, affinity)
     if initializer is not None:
         initializer()
     conn.send(("ready", None))
@@ -88,7 +93,8 @@ def _serve(conn, initializer) -> None:
 class _Worker:
     def __init__(self, ctx, initializer):
         self.conn, child = ctx.Pipe()
-        self.process = ctx.Process(target=_serve, args=(child, initializer), daemon=True)
+        affinity = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+        self.process = ctx.Process(target=_serve, args=(child, initializer, affinity), daemon=True)
         self.process.start()
         child.close()  # so that the worker's death shows up as EOF on our end
 
@@ -121,14 +127,21 @@ class _Worker:
 
 
 class WorkerPool:
-    """``workers`` persistent processes; ``map`` runs jobs on them with a per-job time limit."""
+    """``workers`` persistent processes; ``map`` runs jobs on them with a per-job time limit.
+    With ``preload`` (module names) they start from a forkserver that imported those."""
 
-    def __init__(self, workers: int = 1, initializer: Callable[[], None] | None = None):
+    def __init__(self, workers: int = 1, initializer: Callable[[], None] | None = None,
+                 preload: Sequence[str] = ()):
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
         self.size = workers
         self._initializer = initializer
-        self._ctx = mp.get_context("spawn")
+        if preload and "forkserver" in mp.get_all_start_methods():
+            self._ctx = mp.get_context("forkserver")
+            # one forkserver per process: the first pool to start it decides what it holds
+            self._ctx.set_forkserver_preload(list(preload))
+        else:
+            self._ctx = mp.get_context("spawn")
         self._workers: list[_Worker] = []
 
     def start(self) -> None:
@@ -152,18 +165,23 @@ class WorkerPool:
                 self._workers[slot] = w
                 return
 
-    def map(self, fn: Callable, jobs: Sequence, timeout_s: float) -> list:
+    def map(self, fn: Callable, jobs: Sequence, timeout_s: float | Callable) -> list:
         """``fn(job)`` for each job, in order; a ``JobFailure`` where a job failed to deliver.
 
-        ``fn`` must be a module-level function (it is pickled by reference).
+        ``fn`` must be a module-level function (it is pickled by reference). ``timeout_s`` is
+        seconds per job, or a function from the seconds the jobs done so far took to that limit
+        (asked again after each job, so a limit can tighten while the batch runs).
         """
         if not jobs:
             return []
         self.start()
+        limit_of = timeout_s if callable(timeout_s) else (lambda _done: timeout_s)
+        done_s: list[float] = []
+        limit = limit_of(done_s)
         results: list = [None] * len(jobs)
         pending = deque(range(len(jobs)))
         idle = deque(range(self.size))
-        running: dict[int, tuple[int, float]] = {}  # slot -> (job index, deadline)
+        running: dict[int, tuple[int, float]] = {}  # slot -> (job index, start)
         while pending or running:
             while pending and idle:
                 slot, index = idle.popleft(), pending.popleft()
@@ -171,10 +189,10 @@ class WorkerPool:
                     self._workers[slot].kill()
                     self._replace(slot)
                 self._workers[slot].conn.send((fn, jobs[index]))
-                running[slot] = (index, time.monotonic() + timeout_s)
-            soonest = min(deadline for _, deadline in running.values())
+                running[slot] = (index, time.monotonic())
+            soonest = min(start for _, start in running.values()) + limit
             wait([self._workers[s].conn for s in running], timeout=max(0.0, soonest - time.monotonic()))
-            for slot, (index, deadline) in list(running.items()):
+            for slot, (index, start) in list(running.items()):
                 worker = self._workers[slot]
                 if worker.conn.poll():
                     try:
@@ -185,9 +203,13 @@ class WorkerPool:
                         self._replace(slot)
                     else:
                         results[index] = value if status == "ok" else JobFailure(ERROR, value)
-                elif time.monotonic() >= deadline:
+                        if status == "ok":
+                            done_s.append(time.monotonic() - start)
+                            limit = limit_of(done_s)
+                elif time.monotonic() >= start + limit:
                     worker.kill()
-                    results[index] = JobFailure(TIMEOUT, f"no result within {timeout_s:g} s")
+                    results[index] = JobFailure(TIMEOUT, f"no result within {limit:g} s",
+                                                limit_s=limit)
                     self._replace(slot)
                 else:
                     continue

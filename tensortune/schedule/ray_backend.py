@@ -54,16 +54,15 @@ def _write(directory: str, data: bytes) -> str:
 _BUILDERS: dict = {}  # Ray worker process: its LocalBuilder, kept so TVM is imported once
 
 
-def _build_chunk(inputs: list[MeasureInput], timeout_s: float, cpus) -> list:
+def _build_chunk(inputs: list[MeasureInput], limit, cpus) -> list:
     """A Ray task: ``(BuildResult, library bytes or None)`` per input. The bytes travel back
     because the driver's machine need not share a filesystem with this one."""
-    key = (timeout_s, cpus)
-    if key not in _BUILDERS:
+    if cpus not in _BUILDERS:
         # one worker: the task holds one Ray CPU; its pool still isolates crashes and hangs
-        _BUILDERS[key] = LocalBuilder(1, timeout_s, cpus=cpus)
-        atexit.register(_BUILDERS[key].close)
+        _BUILDERS[cpus] = LocalBuilder(1, cpus=cpus)
+        atexit.register(_BUILDERS[cpus].close)
     out = []
-    for build in _BUILDERS[key].build(inputs):
+    for build in _BUILDERS[cpus].build(inputs, limit):
         data = None
         if build.path:
             with open(build.path, "rb") as f:
@@ -141,10 +140,11 @@ class RayBuilder:
         self.chunks, self.timeout_s, self.cpus = chunks, timeout_s, cpus
         self.workdir = tempfile.mkdtemp(prefix="tensortune-ray-build-")
 
-    def build(self, inputs: list[MeasureInput]) -> list[BuildResult]:
+    def build(self, inputs: list[MeasureInput], limit=None) -> list[BuildResult]:
+        """As ``LocalBuilder.build``; each chunk tightens ``limit`` on its own builds."""
         parts = _split(list(inputs), self.chunks) if inputs else []
         task = _remote("build")
-        refs = [task.remote(part, self.timeout_s, self.cpus) for part in parts]
+        refs = [task.remote(part, limit or self.timeout_s, self.cpus) for part in parts]
         out: list[BuildResult] = []
         for part, ref in zip(parts, refs):
             try:

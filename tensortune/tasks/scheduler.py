@@ -17,7 +17,7 @@ import numpy as np
 from ..measure.types import MeasureInput, MeasureResult
 from ..settings import Settings
 from ..space import Config, task_space
-from ..tuner.evaluator import Evaluator
+from ..tuner.evaluator import BuildLimit, Evaluator
 from ..tuner.loop import TuneLoop, TuneResult, result_of
 from ..tuner.stages import StageGen, drive
 
@@ -76,7 +76,8 @@ class TaskScheduler:
         for name, task, weight in tasks:
             past = history.get(task.key, [])
             ev = Evaluator(task, builder, runner, budget=1 << 30, callbacks=callbacks,
-                           history=past, verify=settings.measure.verify)
+                           history=past, verify=settings.measure.verify,
+                           build_limit=BuildLimit.from_settings(settings.measure))
             prog = TaskProgress(name, float(weight), make_loop(task), ev)
             measured = sum(1 for _, r in past if r.error.value != "invalid_config")
             if well_tuned and measured >= well_tuned:

@@ -10,7 +10,7 @@ from ..records import RecordWriter, load_records, records_for
 from ..settings import Settings
 from ..space import task_seeds, task_space
 from ..workload import Task, missing_host_features
-from .evaluator import Evaluator
+from .evaluator import BuildLimit, Evaluator
 from .loop import TuneLoop, TuneResult
 from .stages import StageGen, drive
 
@@ -159,7 +159,8 @@ def tune_stages(task: Task, trials: int, tuner: str = "xgb", log: str | Path | N
     try:
         cbs = ([writer.append] if writer else []) + list(callbacks)
         evaluator = Evaluator(task, None, None, trials, cbs, history,
-                              verify=settings.measure.verify)
+                              verify=settings.measure.verify,
+                              build_limit=BuildLimit.from_settings(settings.measure))
         return (yield from loop.run_stages(evaluator, name))
     finally:
         if writer:

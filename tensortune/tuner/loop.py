@@ -67,7 +67,9 @@ class TuneLoop:
         inputs = evaluator.admit(batch)
         measured = []
         if inputs:
-            builds = yield Stage(BUILD, lambda builder: builder.build(inputs), len(inputs), task)
+            limit = evaluator.build_timeout()
+            builds = yield Stage(BUILD, lambda builder: builder.build(inputs, limit),
+                                 len(inputs), task)
             results = yield Stage(MEASURE, lambda runner: evaluator.measure(inputs, builds, runner),
                                   len(inputs), task)
             before = evaluator.trials
