@@ -45,6 +45,9 @@ class SearchSettings:
     """Knobs of the model-based search (simulated annealing by default)."""
 
     batch_size: int = 32
+    # candidates per build and per measure stage (0: a whole batch in one of each): smaller
+    # stages let the multi-job scheduler slip other jobs' stages in between
+    stage_size: int = 0
     epsilon: float = 0.1
     sa_chains: int = 64
     sa_steps: int = 60

@@ -106,11 +106,18 @@ def _spec(i: int, raw) -> JobSpec:
     return JobSpec(name, kind, trials, model=model, **opts)
 
 
+# candidates per build or measure stage of a scheduled job: a 32-candidate build of a conv2d
+# holds the build core for 5-13 s, while the device waits for the other jobs' small batches
+JOB_STAGE_SIZE = 8
+
+
 def make_job(spec: JobSpec, settings: Settings, out: Path, threads: int) -> Job:
     """The scheduler's ``Job`` for ``spec``: records in ``out/<name>.jsonl`` (operators) or
     under the home ``out/<name>`` (models); candidates compiled for ``threads`` threads."""
     settings = dataclasses.replace(
-        settings, measure=dataclasses.replace(settings.measure, threads=threads))
+        settings, measure=dataclasses.replace(settings.measure, threads=threads),
+        search=dataclasses.replace(settings.search, stage_size=settings.search.stage_size
+                                   or JOB_STAGE_SIZE))
     if spec.kind == "tune-op":
         return Job(spec.name, lambda: _op_stages(spec, settings, out), _op_summary,
                    priority=spec.priority)

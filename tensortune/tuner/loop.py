@@ -66,21 +66,23 @@ class TuneLoop:
         batch = yield Stage(PROPOSE, lambda _: self._propose(evaluator, n), n, task)
         inputs = evaluator.admit(batch)
         measured = []
-        if inputs:
-            limit = evaluator.build_timeout()
-            builds = yield Stage(BUILD, lambda builder: builder.build(inputs, limit),
-                                 len(inputs), task)
-            results = yield Stage(MEASURE, lambda runner: evaluator.measure(inputs, builds, runner),
-                                  len(inputs), task)
-            before = evaluator.trials
-            measured = evaluator.record(inputs, results)
-            charged = evaluator.trials - before
-        else:
-            charged = 0
+        before = evaluator.trials
+        size = self.settings.stage_size or len(inputs)
+        for part in (inputs[i:i + size] for i in range(0, len(inputs), size)):
+            measured += yield from self._build_and_measure(evaluator, part, task)
+        charged = evaluator.trials - before
         self._stalled_rounds = self._stalled_rounds + 1 if measured and not charged else 0
         # nothing new to offer (grid exhausted), or only invalid configs for several rounds
         self.exhausted = not measured or self._stalled_rounds >= 5
         return charged
+
+    @staticmethod
+    def _build_and_measure(evaluator: Evaluator, inputs: list[MeasureInput], task: str) -> StageGen:
+        limit = evaluator.build_timeout()
+        builds = yield Stage(BUILD, lambda builder: builder.build(inputs, limit), len(inputs), task)
+        results = yield Stage(MEASURE, lambda runner: evaluator.measure(inputs, builds, runner),
+                              len(inputs), task)
+        return evaluator.record(inputs, results)
 
     def _propose(self, evaluator: Evaluator, n: int) -> list[Config]:
         exclude = evaluator.measured
