@@ -115,6 +115,24 @@ def test_priority_goes_first_and_a_local_device_waits_for_an_idle_cpu():
     assert not any(a.start < b.end - 1e-6 and b.start < a.end - 1e-6 for a in cpu for b in dev)
 
 
+def test_an_idle_device_gets_the_build_before_a_fairer_jobs_long_proposal():
+    def job(name, first):
+        def stages():
+            yield Stage(first, lambda _: time.sleep(0.2), 4)
+            if first == PROPOSE:
+                yield Stage(BUILD, lambda b: time.sleep(0.02), 4)
+            yield Stage(MEASURE, lambda r: time.sleep(0.2), 4)
+            return 4
+        return Job(name, stages, lambda n: {"trials": n})
+
+    # "extract" was submitted first and served no less, but only a build feeds the device
+    report = run("load-aware", [job("extract", PROPOSE), job("op", BUILD)])
+    cpu = sorted((e for e in report.events if e.resource == "cpu"), key=lambda e: e.start)
+    assert [(e.job, e.kind) for e in cpu[:2]] == [("op", BUILD), ("extract", PROPOSE)]
+    measure = next(e for e in report.events if e.job == "op" and e.kind == MEASURE)
+    assert measure.start < cpu[1].end  # measured while the other job proposed
+
+
 def test_a_job_submitted_mid_run_is_scheduled_and_finishes():
     res = FakeResources()
     holder = {}

@@ -3,8 +3,9 @@
 Each job is a generator of ``Stage`` requests (``tuner.stages``). Policies:
 
 * ``load-aware``: every job is live; a stage starts as soon as its resource is free, the
-  waiting stage of the job with the highest priority, then the one served least so far (fair
-  share), goes first. CPU stages (propose, update) take one build core, a build takes all of
+  waiting stage of the job with the highest priority, then, while no device has work, a build
+  (a measurement follows it at once), then the job served least so far (fair share), goes
+  first. CPU stages (propose, update) take one build core, a build takes all of
   them, a measurement takes one device exclusively (and on ``local``, the whole CPU as well).
 * ``sequential``: the same resources, one job at a time (in priority, then submission order).
 * ``concurrent``: independent jobs sharing everything, as separate processes would: every job
@@ -214,7 +215,12 @@ class StageScheduler:
 
     def _dispatch(self, pool: ThreadPoolExecutor) -> None:
         ready = [j for j in self.jobs if j.state == "running" and j._pending and not j._running]
-        ready.sort(key=lambda j: (-j.priority, j.served_s, j.submitted))
+        # a starved device waits least for the build that a measurement follows, not for a
+        # proposal (or a model's extraction) that only leads to a build
+        starved = not any(d.busy for d in self.resources.devices) and not any(
+            j._pending.kind == MEASURE for j in ready)
+        ready.sort(key=lambda j: (-j.priority, not (starved and j._pending.kind == BUILD),
+                                  j.served_s, j.submitted))
         self._holding = False  # a measurement ahead in line waits for the whole CPU
         for job in ready:
             stage = job._pending
