@@ -133,6 +133,23 @@ def test_an_idle_device_gets_the_build_before_a_fairer_jobs_long_proposal():
     assert measure.start < cpu[1].end  # measured while the other job proposed
 
 
+def test_a_group_of_stages_runs_at_once_on_its_resources_and_gets_its_results_back():
+    got = []
+
+    def stages():
+        yield Stage(BUILD, lambda b: time.sleep(0.05), 4)
+        values = yield (Stage(MEASURE, lambda r: (time.sleep(0.3), "m")[1], 4),
+                        Stage(BUILD, lambda b: (time.sleep(0.3), "b")[1], 4))
+        got.append(values)
+        return 8
+
+    report = run("load-aware", [Job("piped", stages, lambda n: {"trials": n})])
+    assert got == [("m", "b")] and report.jobs[0].trials == 4  # the measured candidates
+    measure = next(e for e in report.events if e.kind == MEASURE)
+    build = [e for e in report.events if e.kind == BUILD][-1]
+    assert measure.start < build.end and build.start < measure.end  # they overlapped
+
+
 def test_a_job_submitted_mid_run_is_scheduled_and_finishes():
     res = FakeResources()
     holder = {}

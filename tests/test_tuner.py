@@ -104,20 +104,22 @@ def test_model_free_loops_spend_exactly_the_budget(space, strategy):
     assert res.curve and res.curve[-1][1] == res.best_cost
 
 
-def test_a_batch_is_built_and_measured_in_stages_of_stage_size(space):
+def test_a_batch_is_built_and_measured_in_parts_each_built_while_the_last_measures(space):
     loop = TuneLoop(space, STRATEGIES["random"], None, SearchSettings(batch_size=20, stage_size=8))
     ev = Evaluator(TASK, FakeBuilder(), ReplayRunner(synthetic_cost), budget=20)
     gen, seen = loop.stages(ev), []
     tools = {"build": ev.builder, "measure": ev.runner}
     try:
-        stage = next(gen)
+        item = next(gen)
         while True:
-            seen.append((stage.kind, stage.size))
-            stage = gen.send(stage.run(tools.get(stage.kind)))
+            group = item if isinstance(item, tuple) else (item,)
+            seen.append([(s.kind, s.size) for s in group])
+            values = tuple(s.run(tools.get(s.kind)) for s in group)
+            item = gen.send(values if isinstance(item, tuple) else values[0])
     except StopIteration as stop:
         charged = stop.value
-    assert seen == [("propose", 20), ("build", 8), ("measure", 8), ("build", 8), ("measure", 8),
-                    ("build", 4), ("measure", 4)]
+    assert seen == [[("propose", 20)], [("build", 8)], [("measure", 8), ("build", 8)],
+                    [("measure", 8), ("build", 4)], [("measure", 4)]]
     assert charged == 20 == ev.trials and len(ev.results) == 20
 
 

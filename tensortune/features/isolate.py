@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..measure.builder import _load_heavy_modules, task_job
+from ..measure.builder import PRELOAD, _load_heavy_modules, task_job
 from ..measure.pool import JobFailure, WorkerPool
 from ..measure.types import MeasureInput
 
@@ -44,7 +44,7 @@ class IsolatedRows:
     def __init__(self, cls, kwargs: dict, workers: int, timeout_s: float):
         self.cls, self.kwargs = cls, tuple(sorted(kwargs.items()))
         self.timeout_s = timeout_s
-        self._pool = WorkerPool(workers, initializer=_load_heavy_modules)
+        self._pool = WorkerPool(workers, initializer=_load_heavy_modules, preload=PRELOAD)
 
     def compute(self, inputs: Sequence[MeasureInput]) -> list[np.ndarray | JobFailure]:
         """One row or ``JobFailure`` (timeout, crash, error) per input, in order."""

@@ -51,10 +51,13 @@ class Job:
     served_s: float = 0.0
     trials: int = 0
     submitted: int = 0
-    current: str = ""  # the stage running or waiting now
+    current: str = ""  # the stage(s) running or waiting now
     _gen: Any = None
-    _pending: Stage | None = None
-    _running: bool = False
+    _pending: list = field(default_factory=list)  # (index, Stage) of its group not started
+    _values: list = field(default_factory=list)  # the group's results, by index
+    _left: int = 0  # stages of the group not finished
+    _group: bool = False  # the generator yielded a tuple (and is sent one)
+    _running: int = 0  # stages running now
     _own: tuple | None = None
 
 
@@ -214,25 +217,26 @@ class StageScheduler:
                 self._fail(job, err)
 
     def _dispatch(self, pool: ThreadPoolExecutor) -> None:
-        ready = [j for j in self.jobs if j.state == "running" and j._pending and not j._running]
+        ready = [j for j in self.jobs if j.state == "running" and j._pending]
         # a starved device waits least for the build that a measurement follows, not for a
         # proposal (or a model's extraction) that only leads to a build
         starved = not any(d.busy for d in self.resources.devices) and not any(
-            j._pending.kind == MEASURE for j in ready)
-        ready.sort(key=lambda j: (-j.priority, not (starved and j._pending.kind == BUILD),
-                                  j.served_s, j.submitted))
+            s.kind == MEASURE for j in ready for _, s in j._pending)
+        ready.sort(key=lambda j: (-j.priority, not (starved and any(
+            s.kind == BUILD for _, s in j._pending)), j.served_s, j.submitted))
         self._holding = False  # a measurement ahead in line waits for the whole CPU
         for job in ready:
-            stage = job._pending
-            got = self._acquire(job, stage)
-            if got is None:
-                continue
-            resource, held, tool = got
-            job._running = True
-            start = self.clock() - self._t0
-            if self.on_event:
-                self.on_event("start", job, stage)
-            pool.submit(self._execute, job, stage, resource, held, tool, start)
+            for index, stage in list(job._pending):
+                got = self._acquire(job, stage)
+                if got is None:
+                    continue
+                resource, held, tool = got
+                job._pending = [p for p in job._pending if p[0] != index]
+                job._running += 1
+                start = self.clock() - self._t0
+                if self.on_event:
+                    self.on_event("start", job, stage)
+                pool.submit(self._execute, job, index, stage, resource, held, tool, start)
 
     def _acquire(self, job: Job, stage: Stage):
         """``(resource name, device held or None, tool)`` if the stage can start now (its
@@ -270,7 +274,8 @@ class StageScheduler:
         else:
             self._cpu_free += self.resources.cpu_capacity if stage.kind == BUILD else 1
 
-    def _execute(self, job: Job, stage: Stage, resource: str, device, tool, start: float) -> None:
+    def _execute(self, job: Job, index: int, stage: Stage, resource: str, device, tool,
+                 start: float) -> None:
         try:
             if stage.kind in (BUILD, MEASURE):  # their work is in worker processes
                 value = stage.run(tool)
@@ -280,13 +285,13 @@ class StageScheduler:
             error = None
         except BaseException as err:  # handed to the loop thread, which decides
             value, error = None, err
-        self._done.put((job, stage, resource, device, start, self.clock() - self._t0, value,
-                        error))
+        self._done.put((job, index, stage, resource, device, start, self.clock() - self._t0,
+                        value, error))
 
-    def _finish(self, job, stage, resource, device, start, end, value, error) -> None:
+    def _finish(self, job, index, stage, resource, device, start, end, value, error) -> None:
         with self._lock:
             self._release(stage, device)
-            job._running = False
+            job._running -= 1
             self.events.append(Event(job.name, stage.kind, resource, stage.size, start, end,
                                      stage.task))
             job.served_s += end - start
@@ -297,23 +302,33 @@ class StageScheduler:
             if job.state == "cancelled":
                 self._close(job)
                 return
+            if job.state != "running":  # failed while another stage of its group ran
+                return
             if isinstance(error, DeviceUnavailable) and device is not None:
                 # an infrastructure failure: the stage waits for another device, uncharged
                 device.down = str(error)
+                job._pending.append((index, stage))
                 if all(d.down for d in self.resources.devices):
                     self._fail(job, error)
                 return
             if error is not None:
                 self._fail(job, error)
                 return
-            self._advance(job, value)
+            job._values[index] = value
+            job._left -= 1
+            if not job._left:
+                self._advance(job, tuple(job._values) if job._group else job._values[0])
 
     def _advance(self, job: Job, value, first: bool = False) -> None:
         try:
-            job._pending = next(job._gen) if first else job._gen.send(value)
-            job.current = f"{job._pending.kind} {job._pending.task}".strip()
+            item = next(job._gen) if first else job._gen.send(value)
+            job._group = isinstance(item, tuple)
+            stages = item if job._group else (item,)
+            job._pending = list(enumerate(stages))
+            job._values, job._left = [None] * len(stages), len(stages)
+            job.current = ", ".join(f"{s.kind} {s.task}".strip() for s in stages)
         except StopIteration as stop:
-            job._pending, job.current, job.state, job.result = None, "", "done", stop.value
+            job._pending, job.current, job.state, job.result = [], "", "done", stop.value
             try:
                 job.summary = job.summarize(stop.value)
             except Exception as err:
@@ -331,6 +346,6 @@ class StageScheduler:
             self.on_event("failed", job, err)
 
     def _close(self, job: Job) -> None:
-        job._pending = None
+        job._pending = []
         if job._gen is not None:
             job._gen.close()

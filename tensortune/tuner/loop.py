@@ -68,8 +68,9 @@ class TuneLoop:
         measured = []
         before = evaluator.trials
         size = self.settings.stage_size or len(inputs)
-        for part in (inputs[i:i + size] for i in range(0, len(inputs), size)):
-            measured += yield from self._build_and_measure(evaluator, part, task)
+        if inputs:
+            parts = [inputs[i:i + size] for i in range(0, len(inputs), size)]
+            measured = yield from self._build_and_measure(evaluator, parts, task)
         charged = evaluator.trials - before
         self._stalled_rounds = self._stalled_rounds + 1 if measured and not charged else 0
         # nothing new to offer (grid exhausted), or only invalid configs for several rounds
@@ -77,12 +78,28 @@ class TuneLoop:
         return charged
 
     @staticmethod
-    def _build_and_measure(evaluator: Evaluator, inputs: list[MeasureInput], task: str) -> StageGen:
-        limit = evaluator.build_timeout()
-        builds = yield Stage(BUILD, lambda builder: builder.build(inputs, limit), len(inputs), task)
-        results = yield Stage(MEASURE, lambda runner: evaluator.measure(inputs, builds, runner),
-                              len(inputs), task)
-        return evaluator.record(inputs, results)
+    def _build_and_measure(evaluator: Evaluator, parts: list[list[MeasureInput]],
+                           task: str) -> StageGen:
+        """Build and measure ``parts`` of a batch: part k is measured while part k+1 builds
+        (a group of stages that a scheduler may run at once)."""
+        def build(part):
+            limit = evaluator.build_timeout()
+            return Stage(BUILD, lambda builder: builder.build(part, limit), len(part), task)
+
+        def measure(part, builds):
+            return Stage(MEASURE, lambda runner: evaluator.measure(part, builds, runner),
+                         len(part), task)
+
+        measured = []
+        builds = yield build(parts[0])
+        for k, part in enumerate(parts):
+            if k + 1 < len(parts):
+                results, next_builds = yield measure(part, builds), build(parts[k + 1])
+            else:
+                results, next_builds = (yield measure(part, builds)), None
+            measured += evaluator.record(part, results)
+            builds = next_builds
+        return measured
 
     def _propose(self, evaluator: Evaluator, n: int) -> list[Config]:
         exclude = evaluator.measured

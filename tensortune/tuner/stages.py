@@ -4,8 +4,10 @@ A tuning job is a generator of ``Stage`` requests (seed 002, section 3.4): *prop
 (search and cost model, CPU), *build* it (compiler workers, CPU), *measure* it (a device, one
 candidate at a time) and *update* the model (CPU). The generator is sent each stage's result
 and holds no resource in between, so a scheduler (``tensortune.schedule``) can run other jobs'
-stages meanwhile. ``drive`` runs a job's stages one after another on one builder and one
-runner: the one-job use that ``TuneLoop.step`` and ``TaskScheduler.run`` are.
+stages meanwhile. A tuple of stages is a group that may run at once (measure one part of a
+batch while the next part builds); the generator is sent the tuple of their results. ``drive``
+runs a job's stages one after another on one builder and one runner: the one-job use that
+``TuneLoop.step`` and ``TaskScheduler.run`` are.
 """
 from __future__ import annotations
 
@@ -33,7 +35,7 @@ class Stage:
             raise ValueError(f"unknown stage kind {self.kind!r}; known: {', '.join(KINDS)}")
 
 
-StageGen = Generator[Stage, Any, Any]
+StageGen = Generator[Stage | tuple[Stage, ...], Any, Any]
 
 
 def drive(stages: StageGen, builder=None, runner=None) -> Any:
@@ -42,6 +44,9 @@ def drive(stages: StageGen, builder=None, runner=None) -> Any:
     try:
         stage = next(stages)
         while True:
-            stage = stages.send(stage.run(tools.get(stage.kind)))
+            if isinstance(stage, tuple):
+                stage = stages.send(tuple(s.run(tools.get(s.kind)) for s in stage))
+            else:
+                stage = stages.send(stage.run(tools.get(stage.kind)))
     except StopIteration as stop:
         return stop.value
