@@ -73,3 +73,35 @@ def test_tasks_already_tuned_are_skipped_and_history_is_not_remeasured():
 def test_unknown_scheduler_is_named():
     with pytest.raises(ValueError, match="unknown task scheduler 'magic'"):
         make_scheduler("magic")
+
+
+def test_under_a_stage_scheduler_the_warm_up_pipelines_tasks_one_stage_apart():
+    settings = Settings(search=SearchSettings(batch_size=4, stage_size=8))
+    piped, plain = make_scheduler("round-robin", settings), make_scheduler("round-robin")
+    gen, groups = piped.stages(30), []
+    tools = {"build": piped.builder, "measure": piped.runner}
+    try:
+        item = next(gen)
+        while True:
+            group = item if isinstance(item, tuple) else (item,)
+            groups.append([(s.kind, s.task) for s in group])
+            values = tuple(s.run(tools.get(s.kind)) for s in group)
+            item = gen.send(values if isinstance(item, tuple) else values[0])
+    except StopIteration as stop:
+        res = stop.value
+    # a measures while b proposes, and b while c does: the warm-up's groups
+    assert [("measure", "b"), ("propose", "c")] in groups
+    assert [("measure", "a"), ("build", "b")] in groups
+    assert res.order[:3] == ["a", "b", "c"] and res.trials == 30
+    # the same batches, budget and configs as run one after another
+    ref = plain.run(30)
+    assert {n: res.tasks[n].trials for n in "abc"} == {n: ref.tasks[n].trials for n in "abc"}
+    assert {n: res.tasks[n].best_config for n in "abc"} == \
+        {n: ref.tasks[n].best_config for n in "abc"}
+
+
+def test_a_pipelined_warm_up_stops_when_on_step_says_so():
+    settings = Settings(search=SearchSettings(batch_size=4, stage_size=8))
+    res = make_scheduler("round-robin", settings).run(36, on_step=lambda p, n: p.name == "b")
+    # b's end stops new batches; a was already done, c had started and is finished, not lost
+    assert res.order[:2] == ["a", "b"] and res.trials <= 12

@@ -19,7 +19,7 @@ from ..settings import Settings
 from ..space import Config, task_space
 from ..tuner.evaluator import BuildLimit, Evaluator
 from ..tuner.loop import TuneLoop, TuneResult, result_of
-from ..tuner.stages import StageGen, drive
+from ..tuner.stages import StageGen, drive, pipeline
 
 SCHEDULERS = ("gradient", "round-robin")
 
@@ -98,7 +98,29 @@ class TaskScheduler:
         # the warm-up round must leave most of a small budget to the scheduler's choices
         live_count = sum(not p.done for p in self.progress) or 1
         warmup = max(4, min(batch, trials // (2 * live_count)))
-        while spent < trials:
+        stop = False
+        if self.settings.search.stage_size:
+            # under a multi-job scheduler: the warm-up batches two tasks at a time, one stage
+            # apart, so one task measures while the next builds (they share no state)
+            fresh = [p for p in self.progress if not p.done and not p.bests]
+            sizes: list[int] = []
+
+            def starts():
+                for prog in fresh:
+                    size = min(warmup, trials - spent - sum(sizes))
+                    if stop or size <= 0:
+                        return
+                    sizes.append(size)
+                    yield lambda prog=prog, size=size: prog.loop.stages(prog.evaluator, size,
+                                                                        prog.name)
+
+            def on_end(index: int, charged: int) -> None:
+                nonlocal spent, stop
+                spent, sizes[index] = spent + charged, 0
+                stop = self._after(fresh[index], charged, order, on_step) or stop
+
+            yield from pipeline(starts(), on_end)
+        while spent < trials and not stop:
             live = [p for p in self.progress if not p.done]
             if not live:
                 break
@@ -107,16 +129,21 @@ class TaskScheduler:
             charged = yield from prog.loop.stages(prog.evaluator, min(size, trials - spent),
                                                   prog.name)
             spent += charged
-            prog.bests.append(prog.best)
-            order.append(prog.name)
-            if prog.loop.exhausted or prog.loop.stalled(prog.evaluator):
-                prog.done = True
-            if on_step and on_step(prog, charged):
-                break  # the caller has what it needs (a service's latency target is met)
+            stop = self._after(prog, charged, order, on_step)
         return ScheduleResult(
             {p.name: result_of(p.evaluator, p.loop.stalled(p.evaluator)) for p in self.progress},
             {p.name: p.skipped for p in self.progress if p.skipped}, spent,
             time.perf_counter() - start, order)
+
+    @staticmethod
+    def _after(prog: TaskProgress, charged: int, order: list[str], on_step) -> bool:
+        """Bookkeeping after one of ``prog``'s batches; True when ``on_step`` ends the schedule
+        (the caller has what it needs: a service's latency target is met)."""
+        prog.bests.append(prog.best)
+        order.append(prog.name)
+        if prog.loop.exhausted or prog.loop.stalled(prog.evaluator):
+            prog.done = True
+        return bool(on_step and on_step(prog, charged))
 
     def _pick(self, live: list[TaskProgress]) -> TaskProgress:
         fresh = [p for p in live if not p.bests]

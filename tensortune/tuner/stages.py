@@ -11,7 +11,7 @@ runs a job's stages one after another on one builder and one runner: the one-job
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,3 +50,41 @@ def drive(stages: StageGen, builder=None, runner=None) -> Any:
                 stage = stages.send(stage.run(tools.get(stage.kind)))
     except StopIteration as stop:
         return stop.value
+
+
+
+def pipeline(starts: Iterable[Callable[[], StageGen]], on_end: Callable[[int, Any], None],
+             depth: int = 2) -> StageGen:
+    """Run the generators that ``starts`` makes, ``depth`` at a time, each started one stage
+    after the one before, so that one's measurement and the next one's build (or proposal)
+    form a group that a scheduler runs at once. ``on_end(index, value)`` gets each one's return
+    value as it ends; ``starts`` is drawn lazily, so a caller stops new ones by ending it."""
+    starts = enumerate(starts)
+    active: dict[int, tuple[StageGen, Any]] = {}  # index -> (generator, its pending item)
+
+    def start() -> None:
+        for index, make in starts:
+            gen = make()
+            try:
+                active[index] = (gen, next(gen))
+                return
+            except StopIteration as stop:
+                on_end(index, stop.value)
+
+    start()
+    while active:
+        order = list(active)
+        items = [active[i][1] for i in order]
+        flat = tuple(s for item in items for s in (item if isinstance(item, tuple) else (item,)))
+        sent = yield flat if len(flat) > 1 else flat[0]
+        values = iter(sent if len(flat) > 1 else (sent,))
+        for index, item in zip(order, items):
+            gen = active[index][0]
+            value = tuple(next(values) for _ in item) if isinstance(item, tuple) else next(values)
+            try:
+                active[index] = (gen, gen.send(value))
+            except StopIteration as stop:
+                del active[index]
+                on_end(index, stop.value)
+        if len(active) < depth:
+            start()
