@@ -148,6 +148,10 @@ def test_a_group_of_stages_runs_at_once_on_its_resources_and_gets_its_results_ba
     measure = next(e for e in report.events if e.kind == MEASURE)
     build = [e for e in report.events if e.kind == BUILD][-1]
     assert measure.start < build.end and build.start < measure.end  # they overlapped
+    # sequential runs a job as it would run alone: the group's stages in turn
+    got.clear()
+    report = run("sequential", [Job("piped", stages, lambda n: {"trials": n})])
+    assert got == [("m", "b")] and not overlaps(report.events)
 
 
 def test_a_job_submitted_mid_run_is_scheduled_and_finishes():

@@ -7,7 +7,8 @@ Each job is a generator of ``Stage`` requests (``tuner.stages``). Policies:
   (a measurement follows it at once), then the job served least so far (fair share), goes
   first. CPU stages (propose, update) take one build core, a build takes all of
   them, a measurement takes one device exclusively (and on ``local``, the whole CPU as well).
-* ``sequential``: the same resources, one job at a time (in priority, then submission order).
+* ``sequential``: the same resources, one job at a time (in priority, then submission order)
+  and one stage at a time, a group's in turn: each job as it would run alone (``drive``).
 * ``concurrent``: independent jobs sharing everything, as separate processes would: every job
   has its own builder and its own runner on all cores, nothing waits, timings interfere.
 
@@ -227,6 +228,8 @@ class StageScheduler:
         self._holding = False  # a measurement ahead in line waits for the whole CPU
         for job in ready:
             for index, stage in list(job._pending):
+                if self.policy == "sequential" and job._running:
+                    break  # a group's stages in turn
                 got = self._acquire(job, stage)
                 if got is None:
                     continue
