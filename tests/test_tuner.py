@@ -88,6 +88,15 @@ def test_evaluator_gives_each_batch_its_task_build_limit(space):
     assert Evaluator(TASK, builder, None, budget=1).build_timeout() is None
 
 
+def test_the_next_part_of_a_batch_builds_knowing_the_last_parts_builds(space):
+    builder = TimedBuilder(build_s=0.5)
+    ev = Evaluator(TASK, builder, ReplayRunner(synthetic_cost), budget=4,
+                   build_limit=BuildLimit(ceiling_s=10.0, factor=10.0, floor_s=1.0, min_builds=2))
+    loop = TuneLoop(space, STRATEGIES["random"], None, SearchSettings(batch_size=4, stage_size=2))
+    loop.step(ev)  # part 1 builds while part 0 is measured, not yet recorded
+    assert builder.limits == [10.0, pytest.approx(5.0)]
+
+
 def test_errors_are_counted_and_search_goes_on(space):
     bad = {space.get(1)}
     ev = Evaluator(TASK, FakeBuilder(),

@@ -68,6 +68,9 @@ class Evaluator:
         self.verify = verify
         self.build_limit = build_limit
         self.results: dict[Config, MeasureResult] = dict(history)
+        # how long this task's builds took: known from the history, then from each build
+        self.build_times = [r.build_s for r in self.results.values()
+                            if r.error in _BUILT and r.build_s > 0]
         self.trials = 0
         self.invalid = 0
         self.errors: Counter = Counter()
@@ -93,15 +96,20 @@ class Evaluator:
         if not inputs:
             return []
         builds = self.builder.build(inputs, self.build_timeout())
+        self.built(builds)
         return self.record(inputs, self.measure(inputs, builds))
+
+    def built(self, builds: Sequence[BuildResult]) -> None:
+        """Note how long ``builds`` took, before they are measured: the next part of a batch
+        may build while this one is timed."""
+        self.build_times += [b.build_s for b in builds if b.error is ErrorKind.NONE and b.build_s > 0]
 
     def build_timeout(self) -> Callable[[Sequence[float]], float] | None:
         """The next batch's limit per build, as a function of the build times that batch has
         seen so far (so a first batch tightens as it goes); None: the builder's own limit."""
         if self.build_limit is None:
             return None
-        known = [r.build_s for r in self.results.values() if r.error in _BUILT and r.build_s > 0]
-        return functools.partial(_limit_with, self.build_limit, known)
+        return functools.partial(_limit_with, self.build_limit, list(self.build_times))
 
     # The three parts of ``evaluate``, so a scheduler can run the build and the measurement
     # as separate stages on resources of its choosing (``tuner.stages``).

@@ -92,9 +92,11 @@ class TuneLoop:
 
         measured = []
         builds = yield build(parts[0])
+        evaluator.built(builds)
         for k, part in enumerate(parts):
             if k + 1 < len(parts):
                 results, next_builds = yield measure(part, builds), build(parts[k + 1])
+                evaluator.built(next_builds)
             else:
                 results, next_builds = (yield measure(part, builds)), None
             measured += evaluator.record(part, results)
