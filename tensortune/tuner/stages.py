@@ -52,7 +52,6 @@ def drive(stages: StageGen, builder=None, runner=None) -> Any:
         return stop.value
 
 
-
 def pipeline(starts: Iterable[Callable[[], StageGen]], on_end: Callable[[int, Any], None],
              depth: int = 2) -> StageGen:
     """Run the generators that ``starts`` makes, ``depth`` at a time, each started one stage
