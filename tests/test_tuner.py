@@ -81,7 +81,8 @@ def test_evaluator_gives_each_batch_its_task_build_limit(space):
     # a compile error's build time says nothing about a good build's
     history.append((space.get(2), MeasureResult((), ErrorKind.COMPILE_ERROR, build_s=9.0)))
     ev = Evaluator(TASK, builder, ReplayRunner(synthetic_cost), budget=8, history=history,
-                   build_limit=BuildLimit(ceiling_s=10.0, factor=10.0, floor_s=1.0))
+                   build_limit=BuildLimit(ceiling_s=10.0, factor=10.0, floor_s=1.0,
+                                          min_builds=4))
     ev.evaluate([space.get(i) for i in range(3, 5)])  # two builds known: the ceiling
     ev.evaluate([space.get(i) for i in range(5, 7)])  # 0.4, 0.4, 0.5, 0.5: median 0.45
     assert builder.limits == [10.0, pytest.approx(4.5)]

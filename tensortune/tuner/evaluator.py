@@ -30,7 +30,9 @@ class BuildLimit:
     ceiling_s: float
     factor: float = 10.0
     floor_s: float = 3.0
-    min_builds: int = 4
+    # two builds already tighten a model task's warm-up batch of four (over the repository's
+    # records, two, three or four lose the same one task's best)
+    min_builds: int = 2
 
     @staticmethod
     def from_settings(m) -> "BuildLimit":
