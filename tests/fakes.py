@@ -36,3 +36,18 @@ class ReplayRunner:
                 out.append(MeasureResult((cost, cost), verified=bool(verify and verify[0]),
                                          build_s=build.build_s))
         return out
+
+
+def drive_groups(gen, builder, runner):
+    """``tuner.stages.drive`` that also returns the stage groups in order, each a list of
+    ``Stage``: ``(groups, the generator's return value)``."""
+    tools, groups = {"build": builder, "measure": runner}, []
+    try:
+        item = next(gen)
+        while True:
+            group = item if isinstance(item, tuple) else (item,)
+            groups.append(list(group))
+            values = tuple(s.run(tools.get(s.kind)) for s in group)
+            item = gen.send(values if isinstance(item, tuple) else values[0])
+    except StopIteration as stop:
+        return groups, stop.value

@@ -13,7 +13,7 @@ from tensortune.tasks.scheduler import TaskScheduler
 from tensortune.tuner import TuneLoop
 from tensortune.workload import Matmul, Task, default_target
 
-from tests.fakes import FakeBuilder, ReplayRunner
+from tests.fakes import FakeBuilder, ReplayRunner, drive_groups
 
 TARGET = default_target(2)
 TASKS = [("a", Task(Matmul(m=64, n=64, k=64), TARGET), 1.0),
@@ -78,17 +78,8 @@ def test_unknown_scheduler_is_named():
 def test_under_a_stage_scheduler_the_warm_up_pipelines_tasks_one_stage_apart():
     settings = Settings(search=SearchSettings(batch_size=4, stage_size=8))
     piped, plain = make_scheduler("round-robin", settings), make_scheduler("round-robin")
-    gen, groups = piped.stages(30), []
-    tools = {"build": piped.builder, "measure": piped.runner}
-    try:
-        item = next(gen)
-        while True:
-            group = item if isinstance(item, tuple) else (item,)
-            groups.append([(s.kind, s.task) for s in group])
-            values = tuple(s.run(tools.get(s.kind)) for s in group)
-            item = gen.send(values if isinstance(item, tuple) else values[0])
-    except StopIteration as stop:
-        res = stop.value
+    groups, res = drive_groups(piped.stages(30), piped.builder, piped.runner)
+    groups = [[(s.kind, s.task) for s in g] for g in groups]
     # a measures while b proposes, and b while c does: the warm-up's groups
     assert [("measure", "b"), ("propose", "c")] in groups
     assert [("measure", "a"), ("build", "b")] in groups

@@ -16,7 +16,7 @@ from tensortune.space import task_space
 from tensortune.tuner import BuildLimit, Evaluator, TuneLoop, make_loop, tune_task
 from tensortune.workload import Matmul, Task, default_target
 
-from tests.fakes import FakeBuilder, ReplayRunner
+from tests.fakes import FakeBuilder, ReplayRunner, drive_groups
 
 TASK = Task(Matmul(m=64, n=64, k=64), default_target(2))
 
@@ -117,17 +117,8 @@ def test_model_free_loops_spend_exactly_the_budget(space, strategy):
 def test_a_batch_is_built_and_measured_in_parts_each_built_while_the_last_measures(space):
     loop = TuneLoop(space, STRATEGIES["random"], None, SearchSettings(batch_size=20, stage_size=8))
     ev = Evaluator(TASK, FakeBuilder(), ReplayRunner(synthetic_cost), budget=20)
-    gen, seen = loop.stages(ev), []
-    tools = {"build": ev.builder, "measure": ev.runner}
-    try:
-        item = next(gen)
-        while True:
-            group = item if isinstance(item, tuple) else (item,)
-            seen.append([(s.kind, s.size) for s in group])
-            values = tuple(s.run(tools.get(s.kind)) for s in group)
-            item = gen.send(values if isinstance(item, tuple) else values[0])
-    except StopIteration as stop:
-        charged = stop.value
+    groups, charged = drive_groups(loop.stages(ev), ev.builder, ev.runner)
+    seen = [[(s.kind, s.size) for s in g] for g in groups]
     assert seen == [[("propose", 20)], [("build", 8)], [("measure", 8), ("build", 8)],
                     [("measure", 8), ("build", 4)], [("measure", 4)]]
     assert charged == 20 == ev.trials and len(ev.results) == 20
