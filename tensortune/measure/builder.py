@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
 import os
 import shutil
 import tempfile
 import time
 import uuid
+from collections.abc import Callable, Sequence
 
 from .link import fast_link
 from .pool import CRASHED, TIMEOUT, JobFailure, WorkerPool, first_line, pin_and_init

@@ -4,8 +4,9 @@ Workers are started with the "spawn" context (TVM's threads and LLVM state must 
 or from a "forkserver" that imported the ``preload`` modules once and never ran a kernel or a
 compiler (a replacement then starts in milliseconds instead of the seconds an import of TVM
 takes); they import their heavy modules through ``initializer`` and then serve jobs over a
-``Pipe`` until closed. A job that overruns its time limit gets its worker killed and replaced; a job that kills
-its worker (a segfault in generated code) is reported with the signal and the worker replaced.
+``Pipe`` until closed. A job that overruns its time limit gets its worker killed and replaced;
+a job that kills its worker (a segfault in generated code) is reported with the signal and the
+worker replaced.
 A replacement that fails to start is tried again, up to ``REPLACE_ATTEMPTS`` times.
 """
 from __future__ import annotations
