@@ -6,7 +6,10 @@ import ctypes
 import functools
 import math
 import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -84,6 +87,24 @@ def test_a_replacement_that_fails_to_start_is_retried_then_named(tmp_path, monke
         with pytest.raises(RuntimeError, match=r"could not replace a worker in 3 attempts; "
                                                r"the last: worker failed to start \(exit code 3\)"):
             pool.map(ctypes.string_at, [0], timeout_s=10)
+
+
+@pytest.mark.parametrize("preload", [[], ["math"]])
+def test_a_script_without_a_main_guard_starts_workers_once(tmp_path, preload):
+    """multiprocessing re-runs the main script in a spawned worker and in a forkserver; an
+    unguarded user script would start its whole run again there."""
+    script = tmp_path / "unguarded.py"
+    script.write_text("import math\nfrom tensortune.measure.pool import WorkerPool\n"
+                      "print('script ran')\n"
+                      f"with WorkerPool(2, preload={preload!r}) as pool:\n"
+                      "    print(pool.map(math.sqrt, [4.0, 9.0], timeout_s=60))\n")
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ,
+           "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         timeout=300, env=env, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.splitlines() == ["script ran", "[2.0, 3.0]"]
 
 
 # -- builder and runner ------------------------------------------------------------------------------

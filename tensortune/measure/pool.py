@@ -11,9 +11,12 @@ A replacement that fails to start is tried again, up to ``REPLACE_ATTEMPTS`` tim
 """
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 import signal
+import sys
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -91,12 +94,31 @@ def _serve(conn, initializer, affinity) -> None:
         conn.send(reply)
 
 
+@contextlib.contextmanager
+def _main_hidden():
+    """Start processes without the main module: multiprocessing would re-run a script given by
+    path (or import a module given by name) in the forkserver and in each worker, and a user's
+    script without a ``__main__`` guard would start its whole run again there and fail. Workers
+    only run this package's functions, so they never need it."""
+    main = sys.modules.get("__main__")
+    saved = {k: main.__dict__[k] for k in ("__file__", "__spec__")
+             if main is not None and main.__dict__.get(k) is not None}
+    for k in saved:
+        setattr(main, k, None) if k == "__spec__" else delattr(main, k)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            setattr(main, k, v)
+
+
 class _Worker:
     def __init__(self, ctx, initializer):
         self.conn, child = ctx.Pipe()
         affinity = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
         self.process = ctx.Process(target=_serve, args=(child, initializer, affinity), daemon=True)
-        self.process.start()
+        with _main_hidden():
+            self.process.start()
         child.close()  # so that the worker's death shows up as EOF on our end
 
     def await_ready(self) -> None:
@@ -144,13 +166,26 @@ class WorkerPool:
         else:
             self._ctx = mp.get_context("spawn")
         self._workers: list[_Worker] = []
+        self._starting = threading.Lock()
 
     def start(self) -> None:
         """Start the workers now (``map`` otherwise starts them on first use)."""
-        if not self._workers:
-            self._workers = [_Worker(self._ctx, self._initializer) for _ in range(self.size)]
-            for w in self._workers:
-                w.await_ready()
+        with self._starting:
+            if not self._workers:
+                workers = [_Worker(self._ctx, self._initializer) for _ in range(self.size)]
+                for w in workers:
+                    w.await_ready()
+                self._workers = workers
+
+    def start_soon(self) -> None:
+        """Start the workers in a background thread (a failure shows at the first ``map``)."""
+        def start():
+            try:
+                self.start()
+            except RuntimeError:
+                pass  # ``map`` starts them again and raises
+
+        threading.Thread(target=start, name="worker-pool-start", daemon=True).start()
 
     def _replace(self, slot: int) -> None:
         for attempt in range(1, REPLACE_ATTEMPTS + 1):
