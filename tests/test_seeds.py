@@ -65,6 +65,27 @@ def test_seeds_are_valid_schedules_on_irregular_shapes(target, lanes):
         assert first["pack_param_0"] == "root"  # the weight is packed once, at build time
 
 
+def test_channels_with_no_whole_vector_get_quarter_vectors_or_an_unrolled_ragged_tile(target):
+    """ShuffleNet's 58 and 116 channels: 116 takes 4-lane tiles under many rows; 58 can only
+    take 29 lanes (16 + 8 + 4 + 1), a tile LLVM vectorizes only fully unrolled and unblocked
+    (it ran 10x slower under unroll 16 or inside a cache block)."""
+    for channels, widths in ((116, {4, 29}), (58, {29})):
+        [conv] = [t.task for t in _model_tasks(torch.nn.Conv2d(channels, channels, 1),
+                                               (1, channels, 28, 28), target)
+                  if "conv2d" in t.name]
+        space = task_space(conv)
+        seeds = cpu_seeds(space, conv.workload.prim_func(), lanes=16, threads=2)
+        assert {c["tile_ff"][-1] for c in seeds} == widths
+        for c in seeds:
+            rows = np.prod([c[k][-1] for k in ("tile_xx", "tile_yy")])
+            if c["tile_ff"][-1] == 29:  # four registers a row: at most seven rows of them
+                assert c["unroll"] == 512 and c["tile_ff"][2] == c["tile_xx"][2] == 1
+                assert rows * 4 <= 32
+            else:
+                assert rows >= 8
+            apply_config(conv, c, space)
+
+
 def test_seeds_for_operator_workloads_and_their_target(target):
     task = Task(Matmul(m=200, n=120, k=72), target)
     seeds = task_seeds(task)

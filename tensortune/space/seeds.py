@@ -26,6 +26,7 @@ from .config import Config
 from .space import ConfigSpace
 
 ACCUMULATOR_TILE_MAX = 4096  # floats of the S2 x S3 output block, kept in L1 across R0
+RAGGED_UNROLL = 512  # the unroll knob's largest step: a whole ragged register tile
 
 
 def vector_registers(lanes: int) -> int:
@@ -59,7 +60,7 @@ def cpu_seeds(space: ConfigSpace, prim_func, lanes: int = 8, threads: int = 2,
     regs = vector_registers(lanes)
     tiles = []  # (V, {row axis: unroll}): register tiles, the fullest first
     for v_tile in _vector_tiles(ext[vec], lanes):
-        vecs = -(-v_tile // lanes)
+        vecs = vector_pieces(v_tile, lanes)
         # two W vectors and a broadcast stay in registers at regs - 4 accumulators; regs - 2
         # still pays when it is the only way to more than a few rows (a 7x7 layer)
         candidates = []
@@ -82,9 +83,14 @@ def cpu_seeds(space: ConfigSpace, prim_func, lanes: int = 8, threads: int = 2,
     out: dict[Config, None] = {}
     for change in variants:
         for v_tile, unrolled in tiles:
-            opts = {**base, **change}
+            # a ragged tile (29 lanes: 16 + 8 + 4 + 1) vectorizes only when LLVM sees it
+            # whole: unrolled all through, with no cache block around it (10x otherwise)
+            ragged = _ragged(v_tile, lanes)
+            if ragged and "unroll" in change:
+                continue
+            opts = {**base, **({"unroll": RAGGED_UNROLL} if ragged else {}), **change}
             values = _config(spatial, reduce, vec, rows, v_tile, unrolled, opts["r_block"],
-                             opts["window_inside"], threads)
+                             opts["window_inside"], threads, blocked=not ragged)
             values.update(_choices(knobs, info, vec, opts["unroll"], opts["inline"]))
             config = Config(values)
             if config in space:
@@ -98,12 +104,28 @@ def _vector_tiles(extent: int, lanes: int) -> list[int]:
     """Register-tile widths for the vectorized axis: the first three of 2, 1, 3 or 4 whole
     vectors that divide it (3 x 8 lanes with 4 rows is AVX2's classic 12-accumulator tile),
     else of half vectors (120 channels with AVX-512: 8 and 24 lanes, not a 30-lane vector and a
-    half), else its largest divisor up to two vectors."""
+    half), else quarter vectors (116 channels: 4 lanes, with many rows) and its largest divisor
+    up to two vectors (58 channels: 29 lanes)."""
     for width in (lanes, lanes // 2):
         whole = [m * width for m in (2, 1, 3, 4) if width >= 4 and extent % (m * width) == 0]
         if whole:
             return whole[:3]
-    return [max(d for d in range(1, min(extent, 2 * lanes) + 1) if extent % d == 0)]
+    quarter = lanes // 4
+    parts = [m * quarter for m in (2, 1, 3) if quarter >= 4 and extent % (m * quarter) == 0]
+    largest = max(d for d in range(1, min(extent, 2 * lanes) + 1) if extent % d == 0)
+    return list(dict.fromkeys([*parts[:2], largest]))
+
+
+def _ragged(width: int, lanes: int) -> bool:
+    """Whether a row of the tile ends in more than one partial vector."""
+    rest = width % lanes
+    return rest & (rest - 1) != 0
+
+
+def vector_pieces(width: int, lanes: int) -> int:
+    """Registers one row of a ``width``-lane tile takes: whole vectors, then LLVM splits the
+    rest into power-of-two pieces (29 lanes of 16: 16 + 8 + 4 + 1, four registers)."""
+    return width // lanes + bin(width % lanes).count("1")
 
 
 def _row_tiles(extent: int, most: int) -> list[int]:
@@ -133,10 +155,10 @@ def _largest_divisor(extent: int, most: int) -> int:
 
 
 def _config(spatial, reduce, vec, rows, v_tile, unrolled, r_block, window_inside,
-            threads) -> dict:
+            threads, blocked: bool = True) -> dict:
     """Split factors: S3 the register tile (``v_tile`` lanes of ``vec`` by the ``unrolled``
-    row axes), S2 an L1 block of the output, S0 the rest (the parallel loop), S1 whatever
-    keeps S0 from having fewer chunks than useful."""
+    row axes), S2 an L1 block of the output (unless not ``blocked``), S0 the rest (the
+    parallel loop), S1 whatever keeps S0 from having fewer chunks than useful."""
     values = {}
     inner = {vec: v_tile, **unrolled}
     if rows and rows not in inner:
@@ -146,7 +168,8 @@ def _config(spatial, reduce, vec, rows, v_tile, unrolled, r_block, window_inside
         if name is None:
             continue
         extent = dict(spatial)[name]
-        block[name] = _largest_divisor(extent // inner[name], max(1, 64 // inner[name]))
+        block[name] = _largest_divisor(extent // inner[name], max(1, 64 // inner[name])) \
+            if blocked else 1
     while rows and block[vec] * inner[vec] * block[rows] * inner[rows] > ACCUMULATOR_TILE_MAX:
         block[rows] = _largest_divisor(block[rows], block[rows] - 1)
     outer = {n: e // (inner.get(n, 1) * block.get(n, 1)) for n, e in spatial}
