@@ -202,8 +202,9 @@ class Session:
         ``cost_model.gpu_analytic``): candidates are compiled for their features, none is run. With
         ``verify_top`` the K best predicted configs of each task are timed here (only where
         this host can run the target) and the fastest is kept. ``effort="fast"`` skips the
-        search: each task's seeds, the best three by the cheap model compiled
-        (``tuner.static.predict_many``). Returns the counts
+        search: each task's seeds ranked by the cheap model, the best of a few register tiles
+        compiled (four for the tasks that take most of the time, two for the rest) and ranked
+        by the costly model (``tuner.static.predict_many``). Returns the counts
         (``compiled``, ``timed``) and the predicted latency of the tuned functions. ``model``
         replaces the shipped one (``tuner.pretrained_model``)."""
         from .measure import LocalBuilder, LocalRunner
@@ -211,7 +212,6 @@ class Session:
         from .tuner.static import predict_many, shipped_model, time_top
         from .workload import missing_host_features
 
-        tasks = [t for t in self.extract() if t.tunable]
         cuda = self.target.get("kind") == "cuda"
         if verify_top and (cuda or missing_host_features(self.target)):
             raise SessionError("--verify-top times candidates, but this host cannot run the "
@@ -223,9 +223,11 @@ class Session:
             model = AnalyticGPUModel(HardwareCUDAFeatures(arch=self.target["arch"]))
         start = time.perf_counter()
         self.static = {}
-        with shipped_model(self.settings, model) as model:
+        with shipped_model(self.settings, model) as model:  # its compile workers start now
+            tasks = [t for t in self.extract() if t.tunable]
             picks = predict_many([t.task for t in tasks], model, self.settings,
-                                 seed=self.settings.seed, effort=effort)
+                                 seed=self.settings.seed, effort=effort,
+                                 weights=[t.weight for t in tasks])
             for t, result in zip(tasks, picks, strict=True):
                 self.static[t.key] = result
                 if on_task:

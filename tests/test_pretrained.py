@@ -120,3 +120,46 @@ def test_predict_many_ranks_several_tasks_in_one_costly_call_as_predict_best_doe
         assert got.task == task and got.ranked == alone.ranked and got.compiled == alone.compiled
     with pytest.raises(ValueError, match="unknown effort"):
         predict_many(tasks, costly, settings, effort="slow")
+
+
+def test_fast_compiles_nothing_for_a_function_that_only_moves_data():
+    import torch
+
+    from tensortune.frontend import from_torch
+    from tensortune.tasks import extract_tasks
+    from tensortune.tuner.static import predict_many
+    from tensortune.workload import default_target
+
+    class Shuffle(torch.nn.Module):  # ShuffleNet's channel shuffle around a convolution
+        def forward(self, x):
+            return x.view(1, 2, 12, 9, 9).transpose(1, 2).reshape(1, 24, 9, 9)
+
+    model = from_torch(torch.nn.Sequential(torch.nn.Conv2d(8, 24, 1), Shuffle()).eval(),
+                       (torch.randn(1, 8, 9, 9),))
+    tasks = [t.task for t in extract_tasks(model, default_target()) if t.tunable]
+    moves = [t.workload.flops == 0 for t in tasks]
+    assert any(moves) and not all(moves)
+    cheap, costly = _Counting(0), _Counting(1)
+    cheap.label_scale = 1e-3
+    many = list(predict_many(tasks, Prescreened(cheap, costly), Settings(), effort="fast"))
+    assert [r.compiled == 0 for r in many] == moves
+    assert costly.calls == [sum(r.compiled for r in many)]
+    for r in (r for r, move in zip(many, moves) if move):  # one parallel row first
+        rows = [c["rows"] for c, _ in r.ranked]
+        assert r.best is not None and rows == sorted(rows) and rows[0] == 1
+
+
+def test_fast_compiles_each_register_tiles_best_before_any_tiles_second_variant():
+    from tensortune.space import Config
+    from tensortune.tuner.static import FAST_COMPILED, _diverse
+
+    def conv(lanes, rows, unroll):
+        return Config({"vector_axis": "ff", "tile_ff": (1, 1, 1, lanes),
+                       "tile_xx": (1, 1, 1, rows), "tile_rc": (1, 58), "unroll": unroll})
+
+    # the cheap model likes every variant of one ragged tile better than any other tile
+    candidates = [conv(29, 7, 512), conv(29, 7, 64), conv(29, 7, 16), conv(29, 2, 512),
+                  conv(4, 14, 16), conv(4, 14, 64)]
+    scores = np.array([9.0, 8.0, 7.0, 3.0, 2.0, 1.0])
+    picked = [candidates[i] for i in _diverse(candidates, scores, FAST_COMPILED)]
+    assert picked == [conv(29, 7, 512), conv(29, 2, 512), conv(4, 14, 16), conv(29, 7, 64)]

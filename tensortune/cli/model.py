@@ -29,7 +29,7 @@ def tune_model(
                                            "configs of each task and keep the fastest"),
     effort: str = typer.Option("full", help="with --hardware-free: full (a search per task, "
                                "its shortlist compiled) | fast (the template's seeds ranked, "
-                               "the best three compiled: a quarter of the time)"),
+                               "a few compiled: a tenth of the time)"),
     target: str = typer.Option("host", help="host | llvm:<mcpu> (e.g. llvm:znver4; timing "
                                "needs a host that runs it) | cuda:<arch> (--hardware-free)"),
     seed: int = typer.Option(0),

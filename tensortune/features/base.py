@@ -79,13 +79,21 @@ class CachedExtractor(abc.ABC):
         """Rows of inputs not cached yet, in worker processes when ``workers`` > 0."""
         if self.workers <= 0:
             return [self._compute(inp) for inp in inputs]
+        return [self._failed_row() if isinstance(r, JobFailure) else r
+                for r in self._workers().compute(inputs)]
+
+    def _workers(self):
         if self._isolated is None:
             from .isolate import IsolatedRows
 
             self._isolated = IsolatedRows(type(self), self._worker_kwargs(), self.workers,
                                           self.timeout_s)
-        return [self._failed_row() if isinstance(r, JobFailure) else r
-                for r in self._isolated.compute(inputs)]
+        return self._isolated
+
+    def warm(self) -> None:
+        """Start the worker processes, if any, in the background now."""
+        if self.workers > 0:
+            self._workers().start_soon()
 
     # Extractors that may run in workers also define ``_failed_row()``: the row of a candidate
     # whose computation overran ``timeout_s`` or crashed its worker.

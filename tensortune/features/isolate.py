@@ -51,6 +51,10 @@ class IsolatedRows:
         jobs = [(self.cls, self.kwargs, task_job(i.task), i.config.to_json()) for i in inputs]
         return self._pool.map(_row_job, jobs, self.timeout_s)
 
+    def start_soon(self) -> None:
+        """Start the workers in the background (importing TVM there takes seconds)."""
+        self._pool.start_soon()
+
     def close(self) -> None:
         self._pool.close()
 

@@ -36,7 +36,11 @@ def pretrained_model(seed: int = 0, path=None, cheap_path=None):
         return model, None
     cheap = Path(cheap_path or SHIPPED_CPU_CHEAP)
     if cheap.exists():
-        return Prescreened(PretrainedModel.load(cheap, seed=seed), model), None
+        prescreen = PretrainedModel.load(cheap, seed=seed)
+        for part in getattr(model.extractor, "parts", ()):
+            if part.name == prescreen.extractor.name and type(part) is type(prescreen.extractor):
+                prescreen.extractor = part  # one cache: rows the prescreen computed are reused
+        return Prescreened(prescreen, model), None
     return model, "itervar"
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -53,7 +54,13 @@ COSTLY_ES = {"es_starts": 2, "es_population": 8, "es_generations": 3}
 
 
 EFFORTS = ("full", "fast")
-FAST_COMPILED = 3  # ``fast``: the seeds the cheap model ranks best, compiled for the costly one
+FAST_COMPILED = 4  # ``fast``: the seeds the cheap model ranks best, compiled for the costly one
+# ``fast`` with the tasks' weights: the tasks beyond this share of the model's estimated time
+# (largest first) have three compiled
+FAST_SHARE, FAST_MINOR_COMPILED = 0.9, 3
+# the estimate: a roofline of this many FLOP per byte moved (a small CPU's ridge, about), so
+# that a depthwise layer's memory traffic counts and not only its few FLOPs
+RIDGE_FLOP_PER_BYTE = 10.0
 
 
 def predict_best(task: Task, model, settings: Settings, shortlist: int = 16,
@@ -61,28 +68,55 @@ def predict_best(task: Task, model, settings: Settings, shortlist: int = 16,
     """Rank configs of ``task`` by ``model`` (a ``PretrainedModel``, or one wrapped in
     ``Prescreened`` with a cheap one) without running any; see the module docstring.
     ``effort="fast"`` searches nothing: the template's seeds, ranked by the cheap model, the
-    best few compiled and ranked by the costly one."""
+    best few compiled and ranked by the costly one (where the function computes at all)."""
     return next(predict_many([task], model, settings, shortlist, seed, effort))
 
 
 def predict_many(tasks, model, settings: Settings, shortlist: int = 16, seed: int = 0,
-                 effort: str = "full", batch: int = 16) -> Iterator[StaticResult]:
+                 effort: str = "full", batch: int = 16,
+                 weights=None) -> Iterator[StaticResult]:
     """``predict_best`` of each of ``tasks``, in order. The costly model ranks the candidates of
     several tasks in one call (at least ``batch`` of them): its features compile each one in
-    worker processes, and ``fast``'s three a task left one of two workers idle half the time."""
+    worker processes, and ``fast``'s few a task left one of two workers idle half the time.
+    With ``weights`` (each task's calls per inference), ``fast`` compiles fewer candidates for
+    the tasks outside ``FAST_SHARE`` of the estimated time (``compile_counts``)."""
     if effort not in EFFORTS:
         raise ValueError(f"unknown effort {effort!r}; choose one of {', '.join(EFFORTS)}")
+    tasks = list(tasks)
+    counts = compile_counts(tasks, weights) if weights is not None \
+        else [FAST_COMPILED] * len(tasks)
 
     def results():
         pending: list[_Shortlist] = []
-        for task in tasks:
-            pending.append(_shortlist(task, model, settings, shortlist, seed, effort))
-            if sum(len(p.candidates) for p in pending) >= batch:
+        for task, k in zip(tasks, counts, strict=True):
+            pending.append(_shortlist(task, model, settings, shortlist, seed, effort, k))
+            if sum(len(p.candidates) for p in pending if p.scores is None) >= batch:
                 yield from _rank(pending, model)
                 pending = []
         yield from _rank(pending, model)
 
     return results()
+
+
+def compile_counts(tasks, weights) -> list[int]:
+    """Candidates ``fast`` compiles per task: ``FAST_COMPILED`` for the tasks that, largest
+    first, make up ``FAST_SHARE`` of the estimated time (weight x roofline time), fewer for
+    the rest."""
+    times = []
+    for task, w in zip(tasks, weights, strict=True):
+        wl = task.workload
+        shapes = list(wl.input_shapes)
+        with contextlib.suppress(Exception):  # a function of several outputs: inputs only
+            shapes.append(wl.output_shape)
+        moved = 4.0 * sum(float(np.prod(s)) for s in shapes)
+        times.append(w * max(float(wl.flops) / RIDGE_FLOP_PER_BYTE, moved))
+    total, covered = sum(times), 0.0
+    counts = [FAST_MINOR_COMPILED] * len(tasks)
+    for i in sorted(range(len(tasks)), key=lambda i: -times[i]):
+        if covered >= FAST_SHARE * total:
+            break
+        counts[i], covered = FAST_COMPILED, covered + times[i]
+    return counts
 
 
 @dataclass
@@ -92,10 +126,12 @@ class _Shortlist:
     scores: np.ndarray | None  # set when one model both searched and ranked
     compiled: int
     seconds: float
+    scale: float | None = None  # of ``scores`` when they are the cheap model's
+    ordered: bool = False  # the candidates are in their final order already
 
 
 def _shortlist(task: Task, model, settings: Settings, shortlist: int, seed: int,
-               effort: str) -> _Shortlist:
+               effort: str, compiled_at_most: int = FAST_COMPILED) -> _Shortlist:
     """The candidates the cheap model leaves for the costly one to rank."""
     from ..search.evolution import evolve
 
@@ -117,15 +153,52 @@ def _shortlist(task: Task, model, settings: Settings, shortlist: int, seed: int,
                                                      for k, v in limits.items()})
     found = evolve(space, score, shortlist, frozenset(), rng, search, seeds) \
         if effort == "full" or not seeds else []
-    candidates = [c for c in dict.fromkeys([*seeds, *found]) if _valid(task, c, space)]
-    if effort == "fast" and costly is not cheap and len(candidates) > FAST_COMPILED:
-        order = np.argsort(-score(candidates), kind="stable")[:FAST_COMPILED]
+    candidates = list(dict.fromkeys([*seeds, *found]))
+    fast = effort == "fast" and costly is not cheap
+    if not fast:
+        candidates = [c for c in candidates if _valid(task, c, space)]
+    scores, scale, compiled, ordered = None, None, 0, False
+    if fast and candidates:
+        ranked = score(candidates)
+        if task.workload.flops:
+            order = _diverse(candidates, ranked, len(candidates))
+        else:
+            # moving data only (a transpose): the models learned throughput and cannot rank
+            # it, so nothing is compiled and the fewest fused parallel rows go first: over
+            # ShuffleNet's nine such functions one parallel row ran within 2.5x of the best
+            # seed, four rows up to 12x slower
+            order = sorted(range(len(candidates)),
+                           key=lambda i: (candidates[i].get("rows", 0), -ranked[i]))
+            scale, ordered = getattr(cheap, "label_scale", None), True
+        # the template is applied to the first few only: checking all costs as much as scoring
+        order = list(itertools.islice((i for i in order if _valid(task, candidates[i], space)),
+                                      compiled_at_most))
         candidates = [candidates[i] for i in order]
-    scores, compiled = None, 0
+        scores = ranked[order] if ordered else None
     if candidates and costly is cheap:  # one model: it compiled what it scored if it compiles
         scores = score(candidates)
         compiled = len(scored) if getattr(cheap, "compiles", False) else 0
-    return _Shortlist(task, candidates, scores, compiled, time.perf_counter() - start)
+    return _Shortlist(task, candidates, scores, compiled, time.perf_counter() - start, scale,
+                      ordered)
+
+
+def _diverse(candidates, scores: np.ndarray, k: int) -> list[int]:
+    """``k`` of the best by ``scores``, taken in turn from each register tile (its best
+    variant first): the cheap model misjudges whole tiles against each other (it rated a ragged
+    29-lane tile of seven rows 2.5x faster than one of two rows and four lanes, which ran 5x
+    faster), and the costly model sorts them."""
+    groups: dict = {}
+    for i in np.argsort(-scores, kind="stable"):
+        groups.setdefault(_register_tile(candidates[i]), []).append(int(i))
+    turns = [g[j] for j in range(k) for g in groups.values() if j < len(g)]
+    return turns[:k]
+
+
+def _register_tile(config) -> tuple:
+    """The vectorized axis and the innermost split of every spatial axis (a tiled config)."""
+    return (config.get("vector_axis"),
+            *((name, v[-1]) for name, v in config.items() if name.startswith("tile_")
+              and isinstance(v, tuple) and len(v) == 4))
 
 
 def _rank(pending: list[_Shortlist], model) -> Iterator[StaticResult]:
@@ -135,12 +208,12 @@ def _rank(pending: list[_Shortlist], model) -> Iterator[StaticResult]:
     inputs = [MeasureInput(p.task, c) for p in pending if p.scores is None for c in p.candidates]
     all_scores = iter(np.asarray(costly.predict(inputs), dtype=float) if inputs else ())
     share = (time.perf_counter() - start) / max(1, len(inputs))
-    scale = getattr(costly, "label_scale", None)
     for p in pending:
         if p.scores is None:
             p.scores = np.asarray([next(all_scores) for _ in p.candidates], dtype=float)
             p.compiled, p.seconds = len(p.candidates), p.seconds + share * len(p.candidates)
-        order = np.argsort(-p.scores, kind="stable")
+        scale = p.scale or getattr(costly, "label_scale", None)
+        order = range(len(p.candidates)) if p.ordered else np.argsort(-p.scores, kind="stable")
         ranked = tuple((p.candidates[i], float(p.scores[i]) * scale if scale else None)
                        for i in order)
         yield StaticResult(p.task, ranked, p.compiled, p.seconds)
@@ -173,13 +246,14 @@ def time_top(result: StaticResult, k: int, builder, runner, callbacks=()):
 
 
 def compile_in(model, workers: int) -> None:
-    """Let ``model``'s compiling features (``hardware``) use ``workers`` processes: while
-    hardware-free tuning nothing else needs the cores."""
+    """Let ``model``'s compiling features (``hardware``) use ``workers`` processes, started in
+    the background now: while hardware-free tuning nothing else needs the cores."""
     extractor = getattr(getattr(model, "costly", model), "extractor", None)
     for part in getattr(extractor, "parts", [extractor]):
         for ex in (part, getattr(part, "hardware", None)):
             if ex is not None and getattr(ex, "workers", 0) > 0:
                 ex.workers = max(1, workers)
+                ex.warm()
 
 
 def close(model) -> None:
