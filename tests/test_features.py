@@ -127,3 +127,20 @@ def test_concatenated_features_line_up(matmul_space):
     knob, itervar = KnobFeatures(), IterVarFeatures()
     both = ConcatFeatures([knob, itervar]).extract(inputs)
     np.testing.assert_array_equal(both, np.hstack([knob.extract(inputs), itervar.extract(inputs)]))
+
+
+def test_concatenated_extractors_apply_the_template_once_per_candidate(monkeypatch):
+    import tensortune.space as space_module
+    from tensortune.features.cache import CacheFeatures
+
+    task = Task(Matmul(m=48, n=40, k=24), default_target())
+    configs = task_space(task).sample_many(3, np.random.default_rng(0))
+    applied = []
+    real = space_module.apply_config
+    monkeypatch.setattr(space_module, "apply_config",
+                        lambda t, c, s=None: applied.append(c) or real(t, c, s))
+    both = ConcatFeatures([IterVarFeatures(), CacheFeatures()])
+    rows = both.extract([MeasureInput(task, c) for c in configs])
+    assert rows.shape[0] == 3 and sorted(map(hash, applied)) == sorted(map(hash, configs))
+    alone = ConcatFeatures([IterVarFeatures()]).extract([MeasureInput(task, c) for c in configs])
+    np.testing.assert_array_equal(rows[:, :alone.shape[1]], alone)  # the same rows as unshared

@@ -25,6 +25,9 @@ class FeatureExtractor(Protocol):
     def extract(self, inputs: Sequence[MeasureInput]) -> np.ndarray: ...
 
 
+SCHEDULES_KEPT = 256  # a few tasks' candidates, from the search's scoring to their ranking
+
+
 class CachedExtractor(abc.ABC):
     """Base of extractors that compute one row per input and memoize it per (task key, config).
 
@@ -44,6 +47,9 @@ class CachedExtractor(abc.ABC):
         self._isolated = None  # started on the first row not cached
         self._rows: OrderedDict[tuple, np.ndarray] = OrderedDict()
         self._spaces: OrderedDict[str, object] = OrderedDict()
+        # recent schedules, shared with the extractors this one is concatenated with: each
+        # would otherwise apply the template again (15 ms a candidate on a convolution)
+        self._schedules: OrderedDict[tuple, object] | None = None
 
     def extract(self, inputs: Sequence[MeasureInput]) -> np.ndarray:
         fresh: dict[tuple, np.ndarray] = {}
@@ -111,6 +117,7 @@ class CachedExtractor(abc.ABC):
     def __getstate__(self):
         state = dict(self.__dict__)
         state["_isolated"] = None  # worker processes stay with their owner
+        state["_schedules"] = None  # TVM objects, and shared only in-process
         return state
 
     @abc.abstractmethod
@@ -121,10 +128,19 @@ class CachedExtractor(abc.ABC):
         """The ``tvm.s_tir.Schedule`` of ``inp``, or None for a config its template refuses."""
         from ..space import InvalidConfigError, apply_config
 
+        memo, key = self._schedules, (inp.task.key, inp.config)
+        if memo is not None and key in memo:
+            memo.move_to_end(key)
+            return memo[key]
         try:
-            return apply_config(inp.task, inp.config, self.space_of(inp.task))
+            sch = apply_config(inp.task, inp.config, self.space_of(inp.task))
         except InvalidConfigError:
-            return None
+            sch = None
+        if memo is not None:  # read-only from here: features only look at ``sch.mod``
+            memo[key] = sch
+            while len(memo) > SCHEDULES_KEPT:
+                memo.popitem(last=False)
+        return sch
 
     def space_of(self, task):
         """The task's ``ConfigSpace``, defined once per task key (defining one runs the template)."""
@@ -148,6 +164,10 @@ class ConcatFeatures:
             raise ValueError("ConcatFeatures needs at least one extractor")
         self.parts = tuple(parts)
         self.name = "+".join(p.name for p in self.parts)
+        shared = OrderedDict()
+        for p in self.parts:
+            if isinstance(p, CachedExtractor):
+                p._schedules = shared
 
     def extract(self, inputs: Sequence[MeasureInput]) -> np.ndarray:
         return np.concatenate([p.extract(inputs) for p in self.parts], axis=1).astype(np.float32)

@@ -170,8 +170,12 @@ def _shortlist(task: Task, model, settings: Settings, shortlist: int, seed: int,
             order = sorted(range(len(candidates)),
                            key=lambda i: (candidates[i].get("rows", 0), -ranked[i]))
             scale, ordered = getattr(cheap, "label_scale", None), True
-        # the template is applied to the first few only: checking all costs as much as scoring
-        order = list(itertools.islice((i for i in order if _valid(task, candidates[i], space)),
+        # the template is checked on the first few only, through the prescreen's schedules
+        # (the features share them): checking every seed cost as much as scoring it
+        check = getattr(getattr(cheap, "extractor", None), "scheduled", None)
+        valid = (lambda c: check(MeasureInput(task, c)) is not None) if check \
+            else (lambda c: _valid(task, c, space))
+        order = list(itertools.islice((i for i in order if valid(candidates[i])),
                                       compiled_at_most))
         candidates = [candidates[i] for i in order]
         scores = ranked[order] if ordered else None
