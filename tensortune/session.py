@@ -203,7 +203,7 @@ class Session:
         ``verify_top`` the K best predicted configs of each task are timed here (only where
         this host can run the target) and the fastest is kept. ``effort="fast"`` skips the
         search: each task's seeds ranked by the cheap model, the best of a few register tiles
-        compiled (four for the tasks that take most of the time, two for the rest) and ranked
+        compiled (four for the tasks that take most of the time, three for the rest) and ranked
         by the costly model (``tuner.static.predict_many``). Returns the counts
         (``compiled``, ``timed``) and the predicted latency of the tuned functions. ``model``
         replaces the shipped one (``tuner.pretrained_model``)."""

@@ -104,7 +104,10 @@ def _main_hidden():
     saved = {k: main.__dict__[k] for k in ("__file__", "__spec__")
              if main is not None and main.__dict__.get(k) is not None}
     for k in saved:
-        setattr(main, k, None) if k == "__spec__" else delattr(main, k)
+        if k == "__spec__":
+            main.__spec__ = None  # a module run with -m would be imported by name instead
+        else:
+            del main.__file__
     try:
         yield
     finally:

@@ -83,7 +83,7 @@ def predict_many(tasks, model, settings: Settings, shortlist: int = 16, seed: in
     if effort not in EFFORTS:
         raise ValueError(f"unknown effort {effort!r}; choose one of {', '.join(EFFORTS)}")
     tasks = list(tasks)
-    counts = compile_counts(tasks, weights) if weights is not None \
+    counts = compile_counts(tasks, weights) if weights is not None and effort == "fast" \
         else [FAST_COMPILED] * len(tasks)
 
     def results():
@@ -147,6 +147,13 @@ def _shortlist(task: Task, model, settings: Settings, shortlist: int, seed: int,
         scored.update(configs)
         return np.asarray(cheap.predict([MeasureInput(task, c) for c in configs]), dtype=float)
 
+    # through the prescreen's schedules where it keeps them (the features share them), so the
+    # template is not applied once more for the check
+    check = getattr(getattr(cheap, "extractor", None), "scheduled", None)
+
+    def valid(c) -> bool:
+        return check(MeasureInput(task, c)) is not None if check else _valid(task, c, space)
+
     rng = np.random.default_rng(seed)
     limits = STATIC_ES if cheap is not costly else COSTLY_ES
     search = dataclasses.replace(settings.search, **{k: min(v, getattr(settings.search, k))
@@ -156,7 +163,7 @@ def _shortlist(task: Task, model, settings: Settings, shortlist: int, seed: int,
     candidates = list(dict.fromkeys([*seeds, *found]))
     fast = effort == "fast" and costly is not cheap
     if not fast:
-        candidates = [c for c in candidates if _valid(task, c, space)]
+        candidates = [c for c in candidates if valid(c)]
     scores, scale, compiled, ordered = None, None, 0, False
     if fast and candidates:
         ranked = score(candidates)
@@ -170,11 +177,7 @@ def _shortlist(task: Task, model, settings: Settings, shortlist: int, seed: int,
             order = sorted(range(len(candidates)),
                            key=lambda i: (candidates[i].get("rows", 0), -ranked[i]))
             scale, ordered = getattr(cheap, "label_scale", None), True
-        # the template is checked on the first few only, through the prescreen's schedules
-        # (the features share them): checking every seed cost as much as scoring it
-        check = getattr(getattr(cheap, "extractor", None), "scheduled", None)
-        valid = (lambda c: check(MeasureInput(task, c)) is not None) if check \
-            else (lambda c: _valid(task, c, space))
+        # checked on the first few only: checking every seed cost as much as scoring it
         order = list(itertools.islice((i for i in order if valid(candidates[i])),
                                       compiled_at_most))
         candidates = [candidates[i] for i in order]
