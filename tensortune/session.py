@@ -198,8 +198,8 @@ class Session:
     def tune_hardware_free(self, verify_top: int = 0, on_task: Callable | None = None,
                            model=None, effort: str = "full") -> dict:
         """Pick every task's config from the shipped cost model's predictions (``tuner.static``,
-        Tuna's mode; for a CUDA target the analytical GPU model over nvcc's PTX,
-        ``cost_model.gpu_analytic``): candidates are compiled for their features, none is run. With
+        Tuna's mode; for a CUDA target ``cost_model.pretrained.cuda_model``, over nvcc's PTX):
+        candidates are compiled for their features, none is run. With
         ``verify_top`` the K best predicted configs of each task are timed here (only where
         this host can run the target) and the fastest is kept. ``effort="fast"`` skips the
         search: each task's seeds ranked by the cheap model, the best of a few register tiles
@@ -217,10 +217,9 @@ class Session:
             raise SessionError("--verify-top times candidates, but this host cannot run the "
                                f"target ({self.target.get('mcpu') or self.target.get('arch')})")
         if cuda and model is None:
-            from .cost_model.gpu_analytic import AnalyticGPUModel
-            from .features.hardware_cuda import HardwareCUDAFeatures
+            from .cost_model.pretrained import cuda_model
 
-            model = AnalyticGPUModel(HardwareCUDAFeatures(arch=self.target["arch"]))
+            model = cuda_model(self.target["arch"], self.settings.seed)
         start = time.perf_counter()
         self.static = {}
         with shipped_model(self.settings, model) as model:  # its compile workers start now

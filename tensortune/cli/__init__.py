@@ -5,6 +5,7 @@
 * ``dataset``: ``dataset collect|remeasure|info|features``;
 * ``costmodel``: ``costmodel eval|compare``;
 * ``schedule``: ``schedule`` (many jobs under one scheduler) and ``experiment`` (grids);
+* ``measure``: ``measure export|import`` (batches of CUDA candidates for a GPU host);
 * ``service``: ``serve`` (the tuning service) and its clients ``submit``, ``jobs``, ``fetch``;
 * ``common``: the console and the helpers they share.
 """
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import typer
 
-from . import costmodel, dataset, model, ops, schedule, service
+from . import costmodel, dataset, measure, model, ops, schedule, service
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="tensortune: tune tensor programs on Apache TVM.")
@@ -21,6 +22,7 @@ model.register(app)
 dataset.register(app)
 costmodel.register(app)
 schedule.register(app)
+measure.register(app)
 service.register(app)
 
 

@@ -265,5 +265,31 @@ def train_cmd(
                   f"{model.label_scale:.3f} TFLOP/s")
 
 
+@costmodel_app.command("train-cuda")
+def train_cuda_cmd(
+    timings: Path = typer.Option(..., help="GPU timings (benchmarks/bench_cuda_model.py --save)"),
+    out: Path = typer.Option(..., help="the model file to write (JSON)"),
+    arch: str = typer.Option("sm_90", help="the GPU architecture the timings are of"),
+    seed: int = typer.Option(0),
+):
+    """Fit the CUDA cost model that hardware-free tuning for that GPU ranks with, over the
+    hardware_cuda features, and write it with its provenance and leave-one-out scores."""
+    from ..evaluation.pretrain_cuda import train_cuda
+
+    if not timings.exists():
+        fail(f"no such timings file: {timings}")
+    try:
+        model = train_cuda(timings, arch, seed)
+    except (ValueError, KeyError, OSError) as err:
+        fail(f"{timings}: {err}")
+    model.save(out)
+    p = model.provenance
+    mean = p["holdout"].get("mean", {})
+    console.print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB): {p['timings']['rows']} "
+                  f"timings of {p['timings']['workloads']} workloads on "
+                  f"{', '.join(p['timings']['devices'])}; each workload left out: Pearson "
+                  f"{mean.get('pearson')}, top-10 {mean.get('top10')}")
+
+
 def register(app: typer.Typer) -> None:
     app.add_typer(costmodel_app, name="costmodel")

@@ -87,7 +87,8 @@ def tune_op(
     verify_top: int = typer.Option(0, help="with --hardware-free: time the K best predicted"),
     log: Optional[Path] = typer.Option(None, help="JSON-lines records (appended; resumed if present)"),
     device: str = typer.Option("local", help="where candidates are timed: local | "
-                               "rpc:HOST:PORT:KEY (a TVM RPC tracker and its servers' key)"),
+                               "rpc:HOST:PORT:KEY (a TVM RPC tracker and its servers' key) | "
+                               "cuda:http://HOST:PORT (a GPU host's device runner)"),
     seed: int = typer.Option(0, help="random seed"),
     as_json: bool = typer.Option(False, "--json", help="end with one JSON summary line on stdout"),
 ):
@@ -126,16 +127,24 @@ def tune_op(
     settings = dataclasses.replace(Settings.from_env(), seed=seed)
     try:
         target = parse_target(target, settings.measure.threads)
-        if target["kind"] != "llvm":
-            raise ValueError("CUDA targets cannot be tuned yet: no CUDA timings exist to train a "
-                             "GPU cost model on; use a CPU target")
-        rpc_device = None if device == "local" else RPCDevice.parse(device)
+        cuda_url = device[5:] if device.startswith("cuda:") else None
+        if target["kind"] == "cuda" and (hardware_free or verify_top):
+            raise ValueError("tune-op --hardware-free is for CPU targets; for CUDA use "
+                             "tune-model --hardware-free --target cuda:<arch>")
+        if target["kind"] == "cuda" and not cuda_url:
+            raise ValueError("CUDA candidates are timed on a GPU: pass --device cuda:http://HOST:"
+                             "PORT (a GPU host running `python -m tensortune.device_runner "
+                             "--serve`), or tune in rounds with `tensortune measure export` "
+                             "and `measure import`")
+        if cuda_url and target["kind"] != "cuda":
+            raise ValueError(f"--device {device} times CUDA kernels; pass --target cuda:<arch>")
+        rpc_device = None if device == "local" or cuda_url else RPCDevice.parse(device)
     except ValueError as err:
         console.print(f"[red]error:[/red] {err}")
         raise typer.Exit(2)
-    task = Task(workload, target)
+    task = Task(workload, target, "cuda.generic" if target["kind"] == "cuda" else "cpu.generic")
     log = log or settings.home / "logs" / f"{workload.key}.jsonl"
-    console.print(f"tuning {workload.describe()} on {target['mcpu']} "
+    console.print(f"tuning {workload.describe()} on {target.get('mcpu') or target['arch']} "
                   f"({trials} trials, tuner {tuner}); records: {log}")
 
     if hardware_free or verify_top:
@@ -168,6 +177,10 @@ def tune_op(
                 progress.update(bar, best=best["gflops"])
 
         runner = RPCRunner(rpc_device, settings.measure, settings.seed) if rpc_device else None
+        if cuda_url:
+            from ..measure.cuda_remote import CUDARemoteRunner
+
+            runner = CUDARemoteRunner(cuda_url, settings.measure, settings.seed)
         try:
             result = tune_task(task, trials, tuner=tuner, log=log, settings=settings,
                                callbacks=[on_result], features=features, on_corrupt=corrupt,
@@ -181,7 +194,7 @@ def tune_op(
             if runner is not None:
                 runner.close()
     threads = int(target.get("num-cores", 1))
-    peak = fma_peak_gflops(threads)
+    peak = fma_peak_gflops(threads) if target["kind"] == "llvm" else 0.0  # this CPU's
     gflops = workload.flops / result.best_cost / 1e9 if result.best_config else 0.0
     summary = {
         "op": op, "workload": workload.to_dict(), "best_us": result.best_cost * 1e6
@@ -190,14 +203,16 @@ def tune_op(
         "trials": result.trials, "invalid": result.invalid, "errors": result.errors,
         "tune_s": round(result.tune_s, 2), "stopped_early": result.stopped_early,
         "config": result.best_config.to_json() if result.best_config else None, "log": str(log),
-        "device": rpc_device.name if rpc_device else "local",
+        "device": rpc_device.name if rpc_device else (f"cuda:{cuda_url}" if cuda_url
+                                                        else "local"),
     }
     table = Table(title=f"tensortune: {workload.describe()}")
     table.add_column("metric")
     table.add_column("value", justify="right")
     table.add_row("best latency", f"{summary['best_us']:.1f} us" if summary["best_us"] else "none")
     table.add_row("GFLOP/s", f"{gflops:.1f}")
-    table.add_row("FMA peak fraction", f"{100 * gflops / peak:.1f}% of {peak:.0f} GFLOP/s")
+    if peak:
+        table.add_row("FMA peak fraction", f"{100 * gflops / peak:.1f}% of {peak:.0f} GFLOP/s")
     table.add_row("trials (measured)", str(result.trials))
     table.add_row("invalid configs (not charged)", str(result.invalid))
     table.add_row("errors", ", ".join(f"{k}: {v}" for k, v in result.errors.items()) or "none")

@@ -29,6 +29,8 @@ FORMAT = "tensortune.pretrained"
 SHIPPED_CPU = Path(__file__).with_name("shipped") / "cpu.json"
 # the same recipe on cheap features (no compilation): the search's prescreen
 SHIPPED_CPU_CHEAP = Path(__file__).with_name("shipped") / "cpu-itervar.json"
+# hardware_cuda rows and H100 timings (evaluation.pretrain_cuda): hardware-free tuning for sm_90
+SHIPPED_CUDA = {"sm_90": Path(__file__).with_name("shipped") / "cuda-sm90.json"}
 
 
 class PretrainedModel:
@@ -54,6 +56,13 @@ class PretrainedModel:
     @property
     def trained(self) -> bool:
         return True
+
+    @property
+    def compiles(self) -> bool:
+        """Whether a prediction compiles its candidate (features such as ``hardware_cuda``)."""
+        from ..features.store import COSTLY
+
+        return any(part in COSTLY for part in self.extractor.name.split("+"))
 
     def pretrain(self, inputs: Sequence[MeasureInput], results: Sequence[MeasureResult]) -> None:
         """History (earlier runs of other tasks) fine-tunes like the task's own records."""
@@ -134,3 +143,18 @@ def _by_task(inputs: Sequence[MeasureInput]) -> dict:
     for i, inp in enumerate(inputs):
         groups.setdefault(inp.task, []).append(i)
     return groups
+
+
+def cuda_model(arch: str, seed: int = 0):
+    """What hardware-free tuning for CUDA ``arch`` ranks with: the shipped model trained on that
+    GPU generation's timings (``SHIPPED_CUDA``) where there is one, else Tuna's analytical model
+    (``cost_model.gpu_analytic``), which needs no timings."""
+    from ..features.hardware_cuda import HardwareCUDAFeatures
+
+    extractor = HardwareCUDAFeatures(arch=arch)
+    path = SHIPPED_CUDA.get(arch)
+    if path is not None and path.exists():
+        return PretrainedModel.load(path, extractor=extractor, seed=seed)
+    from .gpu_analytic import AnalyticGPUModel
+
+    return AnalyticGPUModel(extractor)

@@ -69,9 +69,9 @@ class NvccError(RuntimeError):
 
 
 def compile_cuda(source: str, arch: str = "sm_90", nvcc: str = "/usr/local/bin/nvcc",
-                 timeout_s: float = 120.0) -> tuple[str, str]:
+                 timeout_s: float = 120.0, cubin_path: str | None = None) -> tuple[str, str]:
     """(PTX text, ptxas report) of CUDA C ``source``: ``nvcc -ptx``, then ``nvcc -cubin -Xptxas
-    -v`` on that PTX, in a temporary directory."""
+    -v`` on that PTX, in a temporary directory; the cubin is kept at ``cubin_path`` if given."""
     if shutil.which(nvcc) is None:
         raise NvccError(f"nvcc not found at {nvcc!r}")
     with tempfile.TemporaryDirectory(prefix="tensortune-cuda-") as tmp:
@@ -79,8 +79,11 @@ def compile_cuda(source: str, arch: str = "sm_90", nvcc: str = "/usr/local/bin/n
         with open(cu, "w") as f:
             f.write(source)
         _run([nvcc, f"-arch={arch}", "-ptx", "-w", cu, "-o", ptx_path], timeout_s)
-        report = _run([nvcc, f"-arch={arch}", "-cubin", "-Xptxas", "-v", ptx_path,
-                       "-o", os.path.join(tmp, "kernel.cubin")], timeout_s)
+        cubin = os.path.join(tmp, "kernel.cubin")
+        report = _run([nvcc, f"-arch={arch}", "-cubin", "-Xptxas", "-v", ptx_path, "-o", cubin],
+                      timeout_s)
+        if cubin_path:
+            shutil.copyfile(cubin, cubin_path)
         with open(ptx_path) as f:
             return f.read(), report
 
@@ -218,17 +221,23 @@ class HardwareCUDAFeatures(CachedExtractor):
             ptx_text, report = compile_cuda(source, arch, self.nvcc, self.timeout_s)
         except NvccError:
             return flagged_row("nvcc_failed")
-        parsed = {k.name: k for k in ptx.parse_ptx(ptx_text)}
-        infos = ptx.parse_ptxas(report)
-        profiles = []
-        for name, func in kernels:
-            if name not in parsed:
-                continue
-            extents = thread_extents(func.body)
-            threads = math.prod(v for k, v in extents.items() if k.startswith("threadIdx"))
-            blocks = math.prod(v for k, v in extents.items() if k.startswith("blockIdx"))
-            profiles.append(kernel_profile(parsed[name], ir_loops(func.body), threads, blocks,
-                                           infos.get(name, ptx.PtxasInfo())))
-        if not profiles:
-            return flagged_row("nvcc_failed")
-        return feature_row(profiles, self.spec)
+        return cuda_row(kernels, ptx_text, report, self.spec)
+
+
+def cuda_row(kernels, ptx_text: str, report: str, spec: GPUSpec = GPUSpec()) -> np.ndarray:
+    """The feature row of lowered ``kernels`` (``(name, PrimFunc)``) from nvcc's PTX and ptxas
+    report of their CUDA C (a builder that compiles anyway gets the row for free)."""
+    parsed = {k.name: k for k in ptx.parse_ptx(ptx_text)}
+    infos = ptx.parse_ptxas(report)
+    profiles = []
+    for name, func in kernels:
+        if name not in parsed:
+            continue
+        extents = thread_extents(func.body)
+        threads = math.prod(v for k, v in extents.items() if k.startswith("threadIdx"))
+        blocks = math.prod(v for k, v in extents.items() if k.startswith("blockIdx"))
+        profiles.append(kernel_profile(parsed[name], ir_loops(func.body), threads, blocks,
+                                       infos.get(name, ptx.PtxasInfo())))
+    if not profiles:
+        return flagged_row("nvcc_failed")
+    return feature_row(profiles, spec)

@@ -59,6 +59,8 @@ def _build_one(job: dict) -> tuple[str, str, str | None, float, dict | None]:
     except InvalidConfigError as err:
         return (ErrorKind.INVALID_CONFIG.value, str(err)[:300], None, time.perf_counter() - start,
                 None)
+    if task.target.get("kind") == "cuda":
+        return _build_cuda(task, sch, job["dir"], start)
     try:
         mod, prepack = split_prepack(sch.mod["main"], getattr(task.workload, "num_outputs", 1))
         executable = tvm.compile(mod, target=task.tvm_target())
@@ -69,6 +71,18 @@ def _build_one(job: dict) -> tuple[str, str, str | None, float, dict | None]:
                 None)
     return (ErrorKind.NONE.value, "", path, time.perf_counter() - start,
             prepack.to_json() if prepack else None)
+
+
+def _build_cuda(task, sch, out_dir: str, start: float):
+    """A cubin and its launch spec for ``tensortune.device_runner`` (``measure.cuda_build``)."""
+    from .cuda_build import build_cuda
+
+    try:
+        path = build_cuda(task, sch, out_dir)
+    except Exception as err:  # nvcc failures, kernels the runner cannot launch, TVM errors
+        return (ErrorKind.COMPILE_ERROR.value, first_line(err), None, time.perf_counter() - start,
+                None)
+    return ErrorKind.NONE.value, "", path, time.perf_counter() - start, None
 
 
 class LocalBuilder:

@@ -70,6 +70,9 @@ class Evaluator:
         self.verify = verify
         self.build_limit = build_limit
         self.results: dict[Config, MeasureResult] = dict(history)
+        # handed to a device whose results are not back yet (an exported batch): never
+        # proposed again, not charged, not learned from
+        self.pending: set[Config] = set()
         # how long this task's builds took: known from the history, then from each build
         self.build_times = [r.build_s for r in self.results.values()
                             if r.error in _BUILT and r.build_s > 0]
@@ -90,7 +93,7 @@ class Evaluator:
 
     @property
     def measured(self) -> set[Config]:
-        return set(self.results)
+        return set(self.results) | self.pending
 
     def evaluate(self, configs: Iterable[Config]) -> list[tuple[Config, MeasureResult]]:
         """Measure the new configs among ``configs`` (in order) up to the remaining budget."""
@@ -118,7 +121,7 @@ class Evaluator:
     def admit(self, configs: Iterable[Config]) -> list[MeasureInput]:
         """The candidates worth measuring: new configs, de-duplicated, within the budget."""
         fresh: list[Config] = []
-        seen = set(self.results)
+        seen = self.measured
         for cfg in configs:
             if cfg not in seen:
                 seen.add(cfg)

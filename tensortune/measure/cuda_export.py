@@ -1,0 +1,179 @@
+"""Batches of built CUDA candidates for ``tensortune.device_runner``, and their results back.
+
+``write_batch`` turns built candidates (``measure.cuda_build``) into a self-contained directory:
+``manifest.json`` (format ``tensortune.cuda-batch`` version 1: the timing settings, each
+workload's input and output shapes and tolerances, and per candidate its cubin, kernels with
+grid, block and argument order, its key and the record to write once timed), ``data/*.npz``
+(the inputs and the numpy reference output) and ``kernels/*.cubin``. The device runner writes
+``results.jsonl`` into it; ``read_results`` pairs those lines with their candidates again.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..space import Config
+from .builder import task_job
+from .cuda_build import launch_spec
+from .types import BuildResult, ErrorKind, MeasureInput, MeasureResult
+
+FORMAT, VERSION = "tensortune.cuda-batch", 1
+RESULTS = "results.jsonl"
+
+
+class ExportError(ValueError):
+    """A batch that cannot be written or read back (the message names the problem)."""
+
+
+@dataclass(frozen=True)
+class Timing:
+    """How the device runner times each candidate: ``warmup`` calls, then ``repeat`` repeats of
+    as many calls as fill ``min_repeat_ms``; a candidate past ``timeout_s`` is a timeout."""
+
+    warmup: int = 3
+    repeat: int = 5
+    min_repeat_ms: float = 2.0
+    timeout_s: float = 10.0
+
+    def to_json(self) -> dict:
+        return {"warmup": self.warmup, "repeat": self.repeat,
+                "min_repeat_ms": self.min_repeat_ms, "timeout_s": self.timeout_s}
+
+
+def candidate_key(inp: MeasureInput) -> str:
+    """What a result line names its candidate by: the task key and the config, hashed."""
+    blob = inp.task.key + json.dumps(inp.config.to_json(), sort_keys=True)
+    return hashlib.sha1(blob.encode()).hexdigest()[:16]
+
+
+def write_batch(out_dir: str | os.PathLike, items: list[tuple[MeasureInput, BuildResult]],
+                seed: int = 0, timing: Timing = Timing(), rtol: float = 1e-3,
+                atol: float = 1e-3, log: str = "") -> Path:
+    """Write built CUDA candidates to ``out_dir`` (which must not hold a batch yet); the
+    manifest's path. ``seed`` draws the inputs as the CPU runner does; ``log`` is the records
+    file ``measure import`` appends to unless told another."""
+    out = Path(out_dir)
+    if (out / "manifest.json").exists():
+        raise ExportError(f"{out} already holds a batch; export into a new directory")
+    if not items:
+        raise ExportError("nothing to export: no candidate built")
+    (out / "data").mkdir(parents=True, exist_ok=True)
+    (out / "kernels").mkdir(exist_ok=True)
+    data: dict[str, dict] = {}
+    candidates = []
+    for index, (inp, build) in enumerate(items):
+        if build.error is not ErrorKind.NONE or not build.path:
+            raise ExportError(f"candidate {index} did not build ({build.error.value}): only "
+                              "built candidates are exported")
+        if inp.task.target.get("kind") != "cuda":
+            raise ExportError(f"candidate {index} targets {inp.task.target.get('kind')!r}, not "
+                              "cuda")
+        workload = inp.task.workload
+        name = workload.key
+        if name not in data:
+            data[name] = _write_data(out, name, workload, seed, rtol, atol)
+        module = f"kernels/{index}.cubin"
+        shutil.copyfile(build.path, out / module)
+        spec = launch_spec(build.path)
+        candidates.append({
+            "index": index, "key": candidate_key(inp), "data": name, "module": module,
+            "kernels": spec["kernels"],
+            "record": {"task": task_job(inp.task), "config": inp.config.to_json(),
+                       "build_s": build.build_s,
+                       "features": {"hardware_cuda": spec.get("hardware_cuda")}},
+        })
+    arch = str(items[0][0].task.target.get("arch", "sm_90"))
+    manifest = {"format": FORMAT, "version": VERSION, "arch": arch, "created": time.time(),
+                "log": str(log), "timing": timing.to_json(), "data": data,
+                "candidates": candidates}
+    path = out / "manifest.json"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(manifest, indent=1))
+    os.replace(tmp, path)  # a batch is either whole or absent
+    return path
+
+
+def _write_data(out: Path, name: str, workload, seed: int, rtol: float, atol: float) -> dict:
+    inputs = workload.random_inputs(seed)
+    reference = np.asarray(workload.reference(*inputs), dtype=workload.dtype)
+    arrays = {f"in{i}": np.ascontiguousarray(x) for i, x in enumerate(inputs)}
+    np.savez(out / "data" / f"{name}.npz", **arrays, ref=reference)
+    return {"file": f"data/{name}.npz",
+            "inputs": [{"shape": list(x.shape), "dtype": str(x.dtype)} for x in inputs],
+            "output": {"shape": list(reference.shape), "dtype": str(reference.dtype)},
+            "rtol": rtol, "atol": atol, "describe": workload.describe()}
+
+
+def read_manifest(batch_dir: str | os.PathLike) -> dict:
+    path = Path(batch_dir) / "manifest.json"
+    try:
+        manifest = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ExportError(f"{batch_dir} holds no manifest.json: not an exported batch") from None
+    except json.JSONDecodeError as err:
+        raise ExportError(f"{path}: not JSON ({err})") from None
+    if manifest.get("format") != FORMAT or manifest.get("version") != VERSION:
+        raise ExportError(f"{path}: format {manifest.get('format')!r} version "
+                          f"{manifest.get('version')!r}, expected {FORMAT!r} {VERSION}")
+    return manifest
+
+
+def read_results(batch_dir: str | os.PathLike) -> tuple[list[tuple[MeasureInput, MeasureResult]],
+                                                        list[int]]:
+    """The timed candidates of a batch as (input, result) pairs, and the indices that have no
+    result yet. A result line whose key does not match its candidate is refused."""
+    from ..workload import Task, workload_from_dict
+
+    manifest = read_manifest(batch_dir)
+    lines = _result_lines(Path(batch_dir) / RESULTS)
+    done, missing = [], []
+    for cand in manifest["candidates"]:
+        line = lines.get(cand["index"])
+        if line is None:
+            missing.append(cand["index"])
+            continue
+        if line.get("key") != cand["key"]:
+            raise ExportError(f"result for candidate {cand['index']} names key "
+                              f"{line.get('key')!r}, the batch has {cand['key']!r}")
+        rec = cand["record"]
+        t = rec["task"]
+        task = Task(workload_from_dict(t["workload"]), t["target"], t["template"])
+        inp = MeasureInput(task, Config.from_json(rec["config"]))
+        done.append((inp, result_of(line, rec.get("build_s", 0.0))))
+    return done, missing
+
+
+def result_of(line: dict, build_s: float = 0.0) -> MeasureResult:
+    """A device runner's result line as a ``MeasureResult``."""
+    try:
+        error = ErrorKind(line.get("error", "none"))
+    except ValueError:
+        error = ErrorKind.RUNTIME_ERROR
+    costs = tuple(float(c) for c in line.get("costs", ())) if error is ErrorKind.NONE else ()
+    if error is ErrorKind.NONE and not costs:
+        error = ErrorKind.RUNTIME_ERROR
+    return MeasureResult(costs, error, str(line.get("message", ""))[:300], build_s=build_s,
+                         run_s=float(line.get("run_s", 0.0)),
+                         verified=bool(line.get("verified")), timestamp=float(line.get("ts", 0)),
+                         device=str(line.get("device", "cuda")))
+
+
+def _result_lines(path: Path) -> dict[int, dict]:
+    out: dict[int, dict] = {}
+    if not path.exists():
+        return out
+    for text in path.read_text().splitlines():
+        try:
+            line = json.loads(text)
+        except json.JSONDecodeError:
+            continue  # a line torn by a killed runner; that candidate counts as missing
+        if isinstance(line, dict) and isinstance(line.get("index"), int):
+            out[line["index"]] = line
+    return out
