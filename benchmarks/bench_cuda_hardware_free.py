@@ -10,6 +10,11 @@ the GPU; ``report`` says, per workload, how fast each model's first pick and bes
 
     python benchmarks/bench_cuda_hardware_free.py export --out BATCH [--random 40] [--top 3]
     python benchmarks/bench_cuda_hardware_free.py report BATCH [--json OUT]
+    python benchmarks/bench_cuda_hardware_free.py export-model resnet18 --out BATCH --home DIR
+    python benchmarks/bench_cuda_hardware_free.py report-model BATCH
+
+``export-model`` runs a zoo model's hardware-free CUDA tuning and exports each task's pick with
+its predicted time; ``report-model`` sets those predictions beside the GPU's times.
 """
 from __future__ import annotations
 
@@ -85,6 +90,69 @@ def export(args) -> None:
     print(f"{len(items)} candidates in {args.out}")
 
 
+def export_model(args) -> None:
+    """A zoo model's hardware-free CUDA run (``Session.tune_hardware_free``, the shipped model
+    for sm_90): each task's first pick built into one batch, with its predicted time and
+    weight (``roles.json``), to check the per-task predictions against the GPU."""
+    from tensortune.measure import LocalBuilder, MeasureInput
+    from tensortune.measure.cuda_export import write_batch
+    from tensortune.session import Session
+    from tensortune.settings import Settings
+    from tensortune.workload import parse_target
+
+    settings = Settings(target=parse_target("cuda:sm_90"), home=Path(args.home))
+    session = Session.from_zoo(args.model_name, settings=settings)
+    summary = session.tune_hardware_free()
+    print(f"{args.model_name}: {summary}", flush=True)
+    tasks = [t for t in session.extract() if t.tunable and t.key in session.static
+             and session.static[t.key].best is not None]
+    inputs = [MeasureInput(t.task, session.static[t.key].best) for t in tasks]
+    roles: dict[str, list] = {}
+    items = []
+    with LocalBuilder(2, 120) as builder:
+        for t, inp, build in zip(tasks, inputs, builder.build(inputs)):
+            if build.error.value != "none":
+                print(f"{t.task.workload.describe()[:60]}: {build.error.value} {build.message}")
+                continue
+            roles[str(len(items))] = [{"task": t.key, "weight": t.weight,
+                                       "predicted_us": session.static[t.key].predicted_seconds
+                                       * 1e6}]
+            items.append((inp, build))
+        write_batch(args.out, items, seed=0)
+    (Path(args.out) / "roles.json").write_text(json.dumps(roles))
+    print(f"{len(items)} task picks in {args.out}")
+
+
+def report_model(args) -> None:
+    from tensortune.cost_model.metrics import pearson, spearman
+
+    roles = json.loads((Path(args.batch) / "roles.json").read_text())
+    manifest = json.loads((Path(args.batch) / "manifest.json").read_text())
+    names = {c["index"]: manifest["data"][c["data"]]["describe"] for c in manifest["candidates"]}
+    rows = []
+    for text in (Path(args.batch) / "results.jsonl").read_text().splitlines():
+        line = json.loads(text)
+        role = roles[str(line["index"])][0]
+        measured = statistics.median(line["costs"]) * 1e6 if line["error"] == "none" else None
+        rows.append({**role, "measured_us": measured, "error": line["error"],
+                     "workload": names[line["index"]]})
+    ok = [r for r in rows if r["measured_us"]]
+    pred, meas = [r["predicted_us"] for r in ok], [r["measured_us"] for r in ok]
+    print("| task | calls | predicted us | measured us | measured / predicted |")
+    print("| --- | --- | --- | --- | --- |")
+    for r in sorted(rows, key=lambda r: -(r["measured_us"] or 0) * r["weight"]):
+        m = f"{r['measured_us']:.1f}" if r["measured_us"] else r["error"]
+        ratio = f"{r['measured_us'] / r['predicted_us']:.2f}" if r["measured_us"] else "-"
+        print(f"| {r['workload'][:70]} | {r['weight']} | {r['predicted_us']:.1f} | {m} | {ratio} |")
+    total_p = sum(r["weight"] * r["predicted_us"] for r in ok) / 1e3
+    total_m = sum(r["weight"] * r["measured_us"] for r in ok) / 1e3
+    print(f"tasks {len(rows)}, ran {len(ok)}; over the tasks: Pearson of predicted vs measured time "
+          f"{pearson(pred, meas):.3f}, Spearman {spearman(pred, meas):.3f}; weighted total "
+          f"predicted {total_p:.3f} ms, measured {total_m:.3f} ms")
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+
+
 def report(args) -> None:
     manifest = json.loads((Path(args.batch) / "manifest.json").read_text())
     roles = json.loads((Path(args.batch) / "roles.json").read_text())
@@ -140,8 +208,16 @@ def main() -> None:
     rep = sub.add_parser("report")
     rep.add_argument("batch")
     rep.add_argument("--json", type=Path, default=None)
+    exm = sub.add_parser("export-model")
+    exm.add_argument("model_name")
+    exm.add_argument("--out", required=True)
+    exm.add_argument("--home", required=True, help="a fresh tensortune home for the run")
+    repm = sub.add_parser("report-model")
+    repm.add_argument("batch")
+    repm.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
-    export(args) if args.cmd == "export" else report(args)
+    {"export": export, "report": report, "export-model": export_model,
+     "report-model": report_model}[args.cmd](args)
 
 
 if __name__ == "__main__":
