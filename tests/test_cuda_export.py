@@ -156,3 +156,22 @@ def _fake_results(batch, costs) -> None:
             f.write(json.dumps({"v": 1, "index": cand["index"], "key": cand["key"],
                                 "costs": [cost] * 3, "error": "none", "message": "",
                                 "verified": True, "device": "Fake H100", "ts": 1.0}) + "\n")
+
+
+def test_an_nvcc_past_its_time_is_killed_with_its_children(tmp_path):
+    """nvcc's front end is its child: a timeout must not leave it compiling."""
+    import subprocess
+    import time
+
+    from tensortune.features.hardware_cuda import NvccError, _run
+
+    fake = tmp_path / "nvcc"
+    fake.write_text("#!/bin/sh\nsleep 37.25 &\nwait\n")
+    fake.chmod(0o755)
+    start = time.perf_counter()
+    with pytest.raises(NvccError):
+        _run([str(fake)], timeout_s=1)
+    assert time.perf_counter() - start < 10
+    time.sleep(0.5)
+    left = subprocess.run(["pgrep", "-f", "sleep 37.25"], capture_output=True, text=True)
+    assert left.stdout.strip() == ""

@@ -50,7 +50,8 @@ def export(
     target: str = typer.Option("cuda:sm_90", help="cuda:<arch>"),
     batch: int = typer.Option(128, help="new candidates per workload (built)"),
     tuner: str = typer.Option("xgb", help="xgb | gtuner | ensemble | random | grid"),
-    features: str = typer.Option("itervar", help="cost-model features"),
+    # knob: annealing scores thousands of configs per proposal, and itervar rows cost 70 ms each
+    features: str = typer.Option("knob", help="cost-model features"),
     search: str = typer.Option("sa", help="sa | ga | es"),
     log: Optional[Path] = typer.Option(None, help="records (default: <home>/logs/cuda.jsonl)"),
     best: int = typer.Option(0, help="also rebuild each workload's K fastest configs measured "

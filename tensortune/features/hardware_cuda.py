@@ -89,8 +89,13 @@ def compile_cuda(source: str, arch: str = "sm_90", nvcc: str = "/usr/local/bin/n
 
 
 def _run(cmd: list[str], timeout_s: float) -> str:
+    # nvcc's front end (cicc) is a grandchild: killing nvcc, or the worker that ran it, leaves it
+    # compiling (a huge unrolled kernel held two cores for 40 minutes so). coreutils' timeout
+    # kills its whole process group when the time is up, even once its parent is gone.
+    killer = shutil.which("timeout")
+    bounded = [killer, "-s", "KILL", str(max(1, int(timeout_s))), *cmd] if killer else cmd
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+        done = subprocess.run(bounded, capture_output=True, text=True, timeout=timeout_s + 5)
     except (OSError, subprocess.TimeoutExpired) as err:
         raise NvccError(f"{os.path.basename(cmd[0])} failed: {err}") from err
     if done.returncode != 0:

@@ -40,7 +40,7 @@ class _Held:
 
 
 def propose_batch(task: Task, n: int, log: str | Path, builder, tuner: str = "xgb",
-                  features: str = "itervar", settings: Settings | None = None,
+                  features: str = "knob", settings: Settings | None = None,
                   search: str = "sa") -> list[tuple[MeasureInput, BuildResult]]:
     """Up to ``n`` new built candidates of ``task`` that ``tuner`` picks after learning from
     ``log``; candidates that fail to build are appended to ``log`` as errors (never proposed
