@@ -26,7 +26,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tensortune.device_runner.backends import CupyBackend  # noqa: E402
-from tensortune.device_runner.batch import load_batch, load_data  # noqa: E402
+from tensortune.device_runner.batch import load_batch, load_data, read_results  # noqa: E402
 
 
 def torch_op(workload: dict, torch_inputs: list):
@@ -88,16 +88,8 @@ def calls_for(seconds_one: float, min_ms: float) -> int:
 
 def fastest(cands: list, results: Path, k: int) -> list:
     """The ``k`` candidates the device runner timed fastest (all of them without results)."""
-    if not results.exists():
-        return cands
-    cost = {}
-    for text in results.read_text().splitlines():
-        try:
-            line = json.loads(text)
-        except json.JSONDecodeError:
-            continue
-        if line.get("error") == "none" and line.get("costs"):
-            cost[line["index"]] = statistics.median(line["costs"])
+    cost = {i: statistics.median(line["costs"]) for i, line in read_results(results).items()
+            if line.get("error") == "none" and line.get("costs")}
     timed = sorted((c for c in cands if c.index in cost), key=lambda c: cost[c.index])
     return timed[:k] or cands[:k]
 

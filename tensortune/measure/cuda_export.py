@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..device_runner.batch import read_results as result_lines
 from ..space import Config
 from .builder import task_job
 from .cuda_build import launch_spec
@@ -132,7 +133,7 @@ def read_results(batch_dir: str | os.PathLike) -> tuple[list[tuple[MeasureInput,
     from ..workload import Task, workload_from_dict
 
     manifest = read_manifest(batch_dir)
-    lines = _result_lines(Path(batch_dir) / RESULTS)
+    lines = result_lines(Path(batch_dir) / RESULTS)
     done, missing = [], []
     for cand in manifest["candidates"]:
         line = lines.get(cand["index"])
@@ -164,16 +165,3 @@ def result_of(line: dict, build_s: float = 0.0) -> MeasureResult:
                          verified=bool(line.get("verified")), timestamp=float(line.get("ts", 0)),
                          device=str(line.get("device", "cuda")))
 
-
-def _result_lines(path: Path) -> dict[int, dict]:
-    out: dict[int, dict] = {}
-    if not path.exists():
-        return out
-    for text in path.read_text().splitlines():
-        try:
-            line = json.loads(text)
-        except json.JSONDecodeError:
-            continue  # a line torn by a killed runner; that candidate counts as missing
-        if isinstance(line, dict) and isinstance(line.get("index"), int):
-            out[line["index"]] = line
-    return out
