@@ -203,7 +203,7 @@ class Session:
         ``verify_top`` the K best predicted configs of each task are timed here (only where
         this host can run the target) and the fastest is kept. ``effort="fast"`` skips the
         search: each task's seeds ranked by the cheap model, the best of a few register tiles
-        compiled (four for the tasks that take most of the time, three for the rest) and ranked
+        compiled (four for the tasks that take most of the time, two for the rest) and ranked
         by the costly model (``tuner.static.predict_many``). Returns the counts
         (``compiled``, ``timed``) and the predicted latency of the tuned functions. ``model``
         replaces the shipped one (``tuner.pretrained_model``)."""
@@ -220,10 +220,12 @@ class Session:
             from .cost_model.pretrained import cuda_model
 
             model = cuda_model(self.target["arch"], self.settings.seed)
-        start = time.perf_counter()
+        start, extracted = time.perf_counter(), self.tasks is not None
         self.static = {}
         with shipped_model(self.settings, model) as model:  # its compile workers start now
             tasks = [t for t in self.extract() if t.tunable]
+            if not extracted:  # its own stage, as in ``tune``
+                start += self.stages["extract"]
             picks = predict_many([t.task for t in tasks], model, self.settings,
                                  seed=self.settings.seed, effort=effort,
                                  weights=[t.weight for t in tasks])

@@ -153,3 +153,30 @@ def test_fused_functions_mark_constant_weights_layout_free(block, target):
     fused = fused_module(block[0], target)
     convs = [f for gv, f in fused.functions.items() if "conv2d" in gv.name_hint]
     assert convs and all(list(f.attrs["layout_free_buffers"]) for f in convs)
+
+
+def test_weight_transposes_fold_in_numpy_to_what_fold_constant_gives(block):
+    import tvm
+    from tvm import relax
+
+    from tensortune.tasks.extract import prepare
+    from tensortune.tasks.layout import _DESIRED, clip_as_min_max, fold_constant_transposes
+
+    model = block[0]
+    converted = tvm.transform.Sequential([
+        clip_as_min_max(), relax.transform.ConvertLayout(_DESIRED),
+        relax.transform.CanonicalizeBindings()])(prepare(model.mod, {"layout": "nchw"}))
+    folded = fold_constant_transposes()(converted)
+    tvm.ir.assert_structural_equal(relax.transform.FoldConstant()(folded),
+                                   relax.transform.FoldConstant()(converted), map_free_vars=True)
+    left = []
+
+    def visit(expr):
+        if isinstance(expr, relax.Call) and getattr(expr.op, "name", "") == "relax.permute_dims" \
+                and isinstance(expr.args[0], tvm.ir.GenericConst):
+            left.append(expr)
+
+    relax.analysis.post_order_visit(converted["main"].body, visit)
+    before, left = left, []
+    relax.analysis.post_order_visit(folded["main"].body, visit)
+    assert len(before) >= 4 and not left  # at least one per convolution, all folded by numpy

@@ -136,6 +136,37 @@ def test_primfunc_workload_round_trips_and_its_key_ignores_names(tasks):
         PrimFuncWorkload(script="def nonsense(:")
 
 
+def test_extracted_functions_key_as_their_parsed_scripts_and_travel_to_workers_as_json(
+        tasks, monkeypatch):
+    import tvm
+    import tvm_ffi
+
+    from tensortune.measure.builder import job_task, task_job
+    from tensortune.workload import primfunc
+
+    for t in tasks:  # extraction keeps the function its script was printed from: same key
+        w = t.task.workload
+        parsed = tvm.script.from_source(w.script)
+        assert f"{tvm_ffi.structural_hash(parsed, map_free_vars=True) & (2**64 - 1):016x}" in w.key
+    job = task_job(tasks[0].task, tir=True)
+    assert "tir" in job["workload"] and "tir" not in task_job(tasks[0].task)["workload"]
+    # a worker's first sight of the task: nothing known, nothing parsed, the JSON loaded
+    monkeypatch.setattr(primfunc, "_KNOWN", primfunc.collections.OrderedDict())
+    primfunc._parse.cache_clear()
+    primfunc._structural_key.cache_clear()
+
+    def refuse(_script):
+        raise AssertionError("a job's function was parsed")
+
+    monkeypatch.setattr(tvm.script, "from_source", refuse)
+    try:
+        again = job_task(json.loads(json.dumps(job)))
+        assert again.key == tasks[0].task.key and "tir" not in again.workload.to_dict()
+    finally:
+        primfunc._parse.cache_clear()
+        primfunc._structural_key.cache_clear()
+
+
 def test_primfunc_reference_is_conv_plus_bias_plus_relu(tasks):
     w = _by_name(tasks, "fused_conv2d_add_relu").task.workload
     data, weight, bias = w.random_inputs(0)

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..measure.builder import PRELOAD, _load_heavy_modules, task_job
+from ..measure.builder import PRELOAD, _load_heavy_modules, job_task, task_job
 from ..measure.pool import JobFailure, WorkerPool
 from ..measure.types import MeasureInput
 
@@ -28,10 +28,9 @@ def _local_extractor(cls, kwargs: tuple):
 def _row_job(job) -> np.ndarray:
     """Worker side: the row of one candidate, computed by an in-process extractor."""
     from ..space import Config
-    from ..workload import Task, workload_from_dict
 
     cls, kwargs, t, config = job
-    task = Task(workload_from_dict(t["workload"]), t["target"], t["template"])
+    task = job_task(t)
     return _local_extractor(cls, kwargs)._compute(MeasureInput(task, Config.from_json(config)))
 
 
@@ -48,7 +47,8 @@ class IsolatedRows:
 
     def compute(self, inputs: Sequence[MeasureInput]) -> list[np.ndarray | JobFailure]:
         """One row or ``JobFailure`` (timeout, crash, error) per input, in order."""
-        jobs = [(self.cls, self.kwargs, task_job(i.task), i.config.to_json()) for i in inputs]
+        jobs = [(self.cls, self.kwargs, task_job(i.task, tir=True), i.config.to_json())
+                for i in inputs]
         return self._pool.map(_row_job, jobs, self.timeout_s)
 
     def start_soon(self) -> None:

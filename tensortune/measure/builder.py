@@ -17,9 +17,21 @@ from .types import BuildResult, ErrorKind, MeasureInput
 BuildDeadline = float | Callable[[Sequence[float]], float]
 
 
-def task_job(task) -> dict:
-    """A task as plain data that a worker turns back into a ``Task``."""
-    return {"workload": task.workload.to_dict(), "target": task.target, "template": task.template}
+def task_job(task, tir: bool = False) -> dict:
+    """A task as plain data that a worker turns back into a ``Task`` (``job_task``). ``tir``
+    adds a fused function's TIR as TVM's JSON, which loads 10x faster than its script parses:
+    for jobs, never for records."""
+    to_job = getattr(task.workload, "to_job", None) if tir else None
+    return {"workload": to_job() if to_job else task.workload.to_dict(), "target": task.target,
+            "template": task.template}
+
+
+def job_task(t: dict):
+    """The ``Task`` of a ``task_job`` dict."""
+    from ..workload import PrimFuncWorkload, Task, workload_from_dict
+
+    doc = PrimFuncWorkload.adopt_job(t["workload"]) if "tir" in t["workload"] else t["workload"]
+    return Task(workload_from_dict(doc), t["target"], t["template"])
 
 
 # what a build worker imports; a forkserver imports it once (a worker replaced after a build
@@ -48,13 +60,11 @@ def _build_one(job: dict) -> tuple[str, str, str | None, float, dict | None]:
     import tvm
 
     from ..space import Config, InvalidConfigError, apply_config
-    from ..workload import Task, workload_from_dict
     from .prepack import split_prepack
 
     start = time.perf_counter()
-    t = job["task"]
     try:
-        task = Task(workload_from_dict(t["workload"]), t["target"], t["template"])
+        task = job_task(job["task"])
         sch = apply_config(task, Config.from_json(job["config"]), _space(task))
     except InvalidConfigError as err:
         return (ErrorKind.INVALID_CONFIG.value, str(err)[:300], None, time.perf_counter() - start,
@@ -106,7 +116,7 @@ class LocalBuilder:
         """One ``BuildResult`` per input, in order; failures are results, never exceptions.
         ``limit`` replaces the builder's time limit for this batch (seconds, or a function of
         the build times this batch has seen so far)."""
-        jobs = [{"task": task_job(i.task), "config": i.config.to_json(), "dir": self.workdir}
+        jobs = [{"task": task_job(i.task, tir=True), "config": i.config.to_json(), "dir": self.workdir}
                 for i in inputs]
         return [_to_result(r) for r in self._pool.map(_build_one, jobs, limit or self.timeout_s)]
 

@@ -14,6 +14,7 @@ import dataclasses
 import itertools
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -56,8 +57,8 @@ COSTLY_ES = {"es_starts": 2, "es_population": 8, "es_generations": 3}
 EFFORTS = ("full", "fast")
 FAST_COMPILED = 4  # ``fast``: the seeds the cheap model ranks best, compiled for the costly one
 # ``fast`` with the tasks' weights: the tasks beyond this share of the model's estimated time
-# (largest first) have three compiled
-FAST_SHARE, FAST_MINOR_COMPILED = 0.9, 3
+# (largest first) have two compiled
+FAST_SHARE, FAST_MINOR_COMPILED = 0.9, 2
 # the estimate: a roofline of this many FLOP per byte moved (a small CPU's ridge, about), so
 # that a depthwise layer's memory traffic counts and not only its few FLOPs
 RIDGE_FLOP_PER_BYTE = 10.0
@@ -87,13 +88,22 @@ def predict_many(tasks, model, settings: Settings, shortlist: int = 16, seed: in
         else [FAST_COMPILED] * len(tasks)
 
     def results():
-        pending: list[_Shortlist] = []
-        for task, k in zip(tasks, counts, strict=True):
-            pending.append(_shortlist(task, model, settings, shortlist, seed, effort, k))
-            if sum(len(p.candidates) for p in pending if p.scores is None) >= batch:
-                yield from _rank(pending, model)
-                pending = []
-        yield from _rank(pending, model)
+        # a batch's candidates compile in the background while the next tasks are shortlisted
+        # (the cheap model, in this process): the compile workers no longer wait for them
+        with ThreadPoolExecutor(1, thread_name_prefix="tensortune-compile") as background:
+            pending: list[_Shortlist] = []
+            queued = None
+            for task, k in zip(tasks, counts, strict=True):
+                pending.append(_shortlist(task, model, settings, shortlist, seed, effort, k))
+                if sum(len(p.candidates) for p in pending if p.scores is None) >= batch:
+                    ready, queued = queued, (pending, _compile_soon(background, pending, model))
+                    pending = []
+                    if ready:
+                        yield from _rank(*ready, model)
+            last = (pending, _compile_soon(background, pending, model))
+            if queued:
+                yield from _rank(*queued, model)
+            yield from _rank(*last, model)
 
     return results()
 
@@ -208,13 +218,34 @@ def _register_tile(config) -> tuple:
               and isinstance(v, tuple) and len(v) == 4))
 
 
-def _rank(pending: list[_Shortlist], model) -> Iterator[StaticResult]:
-    """Each shortlist ranked by the costly model, all in one ``predict`` call."""
+def _unranked(pending: list[_Shortlist]) -> list[MeasureInput]:
+    return [MeasureInput(p.task, c) for p in pending if p.scores is None for c in p.candidates]
+
+
+def _compile_soon(background: ThreadPoolExecutor, pending: list[_Shortlist], model) -> Future:
+    """The rows of the costly model's compiling features (``compile_in``) for ``pending``'s
+    candidates, computed in ``background``; its result is the seconds that took. Only that
+    thread touches those extractors until the rows are in their caches."""
+    inputs = _unranked(pending)
+
+    def rows() -> float:
+        start = time.perf_counter()
+        for extractor in _compiling(model) if inputs else ():
+            extractor.extract(inputs)
+        return time.perf_counter() - start
+
+    return background.submit(rows)
+
+
+def _rank(pending: list[_Shortlist], compiled: Future, model) -> Iterator[StaticResult]:
+    """Each shortlist ranked by the costly model, all in one ``predict`` call, once
+    ``compiled`` (``_compile_soon``) has put their compiled rows in the extractors' caches."""
     costly = getattr(model, "costly", model)
+    elapsed = compiled.result()
     start = time.perf_counter()
-    inputs = [MeasureInput(p.task, c) for p in pending if p.scores is None for c in p.candidates]
+    inputs = _unranked(pending)
     all_scores = iter(np.asarray(costly.predict(inputs), dtype=float) if inputs else ())
-    share = (time.perf_counter() - start) / max(1, len(inputs))
+    share = (elapsed + time.perf_counter() - start) / max(1, len(inputs))
     for p in pending:
         if p.scores is None:
             p.scores = np.asarray([next(all_scores) for _ in p.candidates], dtype=float)
@@ -255,12 +286,17 @@ def time_top(result: StaticResult, k: int, builder, runner, callbacks=()):
 def compile_in(model, workers: int) -> None:
     """Let ``model``'s compiling features (``hardware``) use ``workers`` processes, started in
     the background now: while hardware-free tuning nothing else needs the cores."""
+    for ex in _compiling(model):
+        ex.workers = max(1, workers)
+        ex.warm()
+
+
+def _compiling(model) -> list:
+    """The extractors of ``model``'s costly features that compute in worker processes."""
     extractor = getattr(getattr(model, "costly", model), "extractor", None)
-    for part in getattr(extractor, "parts", [extractor]):
-        for ex in (part, getattr(part, "hardware", None)):
-            if ex is not None and getattr(ex, "workers", 0) > 0:
-                ex.workers = max(1, workers)
-                ex.warm()
+    return [ex for part in getattr(extractor, "parts", [extractor])
+            for ex in (part, getattr(part, "hardware", None))
+            if ex is not None and getattr(ex, "workers", 0) > 0]
 
 
 def close(model) -> None:
