@@ -276,16 +276,17 @@ def access_profile(access: Access, loops: tuple, defs: dict):
     weights = np.ones(nd)
     for d in range(nd - 2, -1, -1):
         weights[d] = weights[d + 1] * access.shape[d + 1]
-    env = {loop.var.__chandle__(): 0 for loop in loops}
+    keys = [loop.var.__chandle__() for loop in loops]
+    env = dict.fromkeys(keys, 0)
     try:
-        for i, loop in enumerate(loops):
+        for i, (loop, key) in enumerate(zip(loops, keys)):
             if loop.extent <= 1:
                 continue
             points = _points(loop.extent)
-            env[loop.var.__chandle__()] = points
+            env[key] = points
             values = [np.broadcast_to(np.asarray(_eval(ix, env, defs)), points.shape)
                       for ix in access.indices]
-            env[loop.var.__chandle__()] = 0
+            env[key] = 0
             for d, v in enumerate(values):
                 spans[i, d] = v.max() - v.min()
             strides[i] = sum(w * float(v[1] - v[0]) for w, v in zip(weights, values))

@@ -116,8 +116,8 @@ class LocalBuilder:
         """One ``BuildResult`` per input, in order; failures are results, never exceptions.
         ``limit`` replaces the builder's time limit for this batch (seconds, or a function of
         the build times this batch has seen so far)."""
-        jobs = [{"task": task_job(i.task, tir=True), "config": i.config.to_json(), "dir": self.workdir}
-                for i in inputs]
+        jobs = [{"task": task_job(i.task, tir=True), "config": i.config.to_json(),
+                 "dir": self.workdir} for i in inputs]
         return [_to_result(r) for r in self._pool.map(_build_one, jobs, limit or self.timeout_s)]
 
     def close(self) -> None:

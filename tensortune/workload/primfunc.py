@@ -61,7 +61,7 @@ def _structural_key(script: str) -> str:
     return f"{h & (2**64 - 1):016x}"
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=KNOWN_KEPT)  # as many as are remembered: a big model's tasks all fit
 def _tir_json(script: str) -> str:
     import tvm
 
