@@ -2,6 +2,7 @@
 tuning rounds cut at the measurement, and results imported into the records (no GPU here)."""
 from __future__ import annotations
 
+import gzip
 import json
 
 import numpy as np
@@ -9,10 +10,11 @@ import pytest
 from typer.testing import CliRunner
 
 from tensortune.cli import app
+from tensortune.device_runner.batch import load_batch, load_data
 from tensortune.measure import LocalBuilder, MeasureInput
 from tensortune.measure.cuda_build import launch_spec
 from tensortune.measure.cuda_export import (ExportError, candidate_key, read_manifest,
-                                            read_results, write_batch)
+                                            read_results, sample_stride, write_batch)
 from tensortune.records import load_records
 from tensortune.space import Config
 from tensortune.tuner.offline import best_batch, propose_batch
@@ -56,17 +58,38 @@ def test_export_writes_a_self_contained_batch_and_refuses_a_second_one(builder, 
     path = write_batch(tmp_path / "b", items, seed=0, log=str(tmp_path / "r.jsonl"))
     manifest = read_manifest(path.parent)
     assert manifest["arch"] == "sm_90" and len(manifest["candidates"]) == 3
+    assert manifest["version"] == 2 and list(manifest["tasks"]) == [MATMUL.key]
     [(name, data)] = manifest["data"].items()
-    arrays = np.load(path.parent / data["file"], allow_pickle=False)
-    a, b = arrays["in0"], arrays["in1"]
-    np.testing.assert_allclose(arrays["ref"], a @ b, rtol=1e-5, atol=1e-5)
+    # the inputs are generated where the batch runs; only the reference travels
+    assert np.load(path.parent / data["file"]).files == ["ref"]
+    assert all(len(x["sha256"]) == 64 and x["generate"]["low"] == -1 for x in data["inputs"])
+    [spec] = load_batch(path.parent).data.values()
+    (a, b), ref = load_data(spec)
+    np.testing.assert_allclose(ref, a @ b, rtol=1e-5, atol=1e-5)
     assert data["output"]["shape"] == [48, 40]
     for cand, (inp, _) in zip(manifest["candidates"], items):
         assert cand["key"] == candidate_key(inp) and cand["data"] == name
         assert (path.parent / cand["module"]).stat().st_size > 0
         assert Config.from_json(cand["record"]["config"]) == inp.config
+        assert cand["record"]["task"]["template"] == "cuda.generic"  # the task, looked up
     with pytest.raises(ExportError, match="already holds a batch"):
         write_batch(tmp_path / "b", items)
+    # stored inputs, a reference sampled every 11th element (2 KiB: 512 of 1920), gzipped cubins
+    path = write_batch(tmp_path / "c", items, seed=0, generate=False, reference_bytes=2048,
+                       compress=True)
+    [spec] = load_batch(path.parent).data.values()
+    (a, b), ref = load_data(spec)
+    assert spec.output.stride == 11 and "generate" not in read_manifest(path.parent)[
+        "data"][spec.name]["inputs"][0]
+    np.testing.assert_allclose(ref, (a @ b).reshape(-1)[::11], rtol=1e-5, atol=1e-5)
+    cubin = gzip.decompress((path.parent / "kernels" / "0.cubin.gz").read_bytes())
+    assert cubin == open(items[0][1].path, "rb").read()
+
+
+def test_sample_strides_are_primes_that_divide_no_dimension():
+    assert sample_stride((48, 40), 4, 1 << 20) == 1
+    assert sample_stride((1, 112, 112, 64), 4, 64 * 1024) == 53  # 802816 / 16384 -> 49 -> 53
+    assert sample_stride((1, 7, 7, 11 * 13), 4, 2560) == 17  # 11 and 13 divide 143
 
 
 def test_rounds_never_propose_a_config_twice_and_record_what_did_not_build(builder, tmp_path):
@@ -118,7 +141,7 @@ def test_import_appends_once_names_the_device_and_refuses_a_foreign_result(build
 
 def test_export_cli_builds_each_workload_and_checks_its_arguments(tmp_path):
     log = tmp_path / "r.jsonl"
-    matmul = json.dumps({"op": "matmul", "m": 32, "n": 24, "k": 16})
+    matmul = json.dumps({"op": "matmul", "m": 64, "n": 64, "k": 32})
     result = runner.invoke(app, ["measure", "export", matmul, "--batch", "2", "--tuner",
                                  "random", "--out", str(tmp_path / "b"), "--log", str(log),
                                  "--json"])

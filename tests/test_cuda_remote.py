@@ -68,7 +68,7 @@ def test_a_device_nobody_serves_is_unavailable_not_the_candidates_fault(tmp_path
 def test_tune_op_tunes_a_cuda_kernel_through_the_device_runner(server, tmp_path):
     log = tmp_path / "r.jsonl"
     result = CliRunner().invoke(app, [
-        "tune-op", "matmul", "--m", "32", "--n", "24", "--k", "16", "--target", "cuda:sm_90",
+        "tune-op", "matmul", "--m", "64", "--n", "64", "--k", "32", "--target", "cuda:sm_90",
         "--device", f"cuda:{server}", "--trials", "6", "--tuner", "random", "--log", str(log),
         "--json"])
     assert result.exit_code == 0, result.output

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ast
+import gzip
 import io
 import json
 import shutil
@@ -17,7 +18,8 @@ import pytest
 from tensortune.device_runner import (
     BatchError, RemoteError, device_info, load_batch, read_results, run_batch, run_remote,
 )
-from tensortune.device_runner.batch import append_result, result_line
+from tensortune.device_runner.batch import (append_result, generate_array, load_data,
+                                            result_line, sha256_of)
 from tensortune.device_runner.client import _request as post
 from tensortune.device_runner.runner import arch_mismatch, ordered_results
 from tensortune.device_runner.server import make_server
@@ -48,6 +50,41 @@ def make_batch(root: Path, behaviours, *, us=12.5, repeat=5, timeout_s=10.0) -> 
         "timing": {"warmup": 2, "repeat": repeat, "min_repeat_ms": 2.0, "timeout_s": timeout_s},
         "data": {"w0": {"file": "data/w0.npz", "inputs": [spec, spec], "output": spec,
                         "rtol": 1e-5, "atol": 1e-5}},
+        "candidates": candidates,
+    }
+    (root / "manifest.json").write_text(json.dumps(manifest))
+    return root
+
+
+def make_generated_batch(root: Path, behaviours, *, shape=(6, 50), stride=11,
+                         compress=False) -> Path:
+    """A version 2 batch of fake candidates computing in0 + in1: inputs generated on the
+    runner's side (seeds and sha256 in the manifest), the reference a strided sample."""
+    (root / "data").mkdir(parents=True)
+    (root / "kernels").mkdir()
+    gens = [{"seed": 7 + i, "low": -1.0, "high": 1.0} for i in range(2)]
+    in0, in1 = (generate_array(shape, "float32", **g) for g in gens)
+    np.savez(root / "data" / "w0.npz", ref=(in0 + in1).reshape(-1)[::stride])
+    candidates = []
+    for i, behaviour in enumerate(behaviours):
+        module = f"kernels/{i}.cubin" + (".gz" if compress else "")
+        blob = json.dumps({"behaviour": behaviour, "us": 10.0}).encode()
+        (root / module).write_bytes(gzip.compress(blob) if compress else blob)
+        candidates.append({
+            "index": i, "key": f"key{i}", "data": "w0", "module": module,
+            "kernels": [{"name": "main_kernel", "grid": [6, 1, 1], "block": [50, 1, 1],
+                         "shared_bytes": 0, "args": [0, 1, 2]}],
+            "record": {"task": "t0", "config": {"i": i}},
+        })
+    spec = {"shape": list(shape), "dtype": "float32"}
+    manifest = {
+        "format": "tensortune.cuda-batch", "version": 2, "arch": "sm_90",
+        "timing": {"warmup": 1, "repeat": 2, "min_repeat_ms": 1.0, "timeout_s": 10.0},
+        "data": {"w0": {"file": "data/w0.npz", "rtol": 1e-5, "atol": 1e-5,
+                        "inputs": [{**spec, "generate": g, "sha256": sha256_of(x)}
+                                   for g, x in zip(gens, (in0, in1))],
+                        "output": {**spec, "stride": stride}}},
+        "tasks": {"t0": {"workload": {"op": "add"}}},
         "candidates": candidates,
     }
     (root / "manifest.json").write_text(json.dumps(manifest))
@@ -120,7 +157,7 @@ def test_out_option_and_cli_summary(tmp_path):
 
 @pytest.mark.parametrize("edit, words", [
     (lambda d: d.update(format="other"), "'format'"),
-    (lambda d: d.update(version=2), "'version'"),
+    (lambda d: d.update(version=3), "'version'"),
     (lambda d: d.pop("timing"), "timing is missing"),
     (lambda d: d["timing"].update(repeat=0), "timing.repeat"),
     (lambda d: d["candidates"][0].update(data="w9"), "unknown data name 'w9'"),
@@ -133,6 +170,59 @@ def test_out_option_and_cli_summary(tmp_path):
 ])
 def test_bad_manifests_name_the_problem(tmp_path, edit, words):
     root = make_batch(tmp_path / "b", ["ok", "ok"])
+    edit_manifest(root, edit)
+    with pytest.raises(BatchError) as err:
+        load_batch(root)
+    assert words in str(err.value)
+
+
+def test_generated_inputs_are_numpys_uniform_draws_and_stable():
+    a = generate_array((3, 5), "float32", 123, -1.0, 1.0)
+    rng = np.random.default_rng(123)
+    assert np.array_equal(a, (-1 + 2 * rng.random(15)).astype(np.float32).reshape(3, 5))
+    # the bit stream is numpy's promise across versions: these bytes must never change
+    assert sha256_of(a) == "4524aefb8335e5b425322e94e618e392041150db5bc5d2880f015de3bad09889"
+    assert not generate_array((2, 3), "int32", 1, 0.0, 0.0).any()  # indices: zeros
+    flags = generate_array((1000,), "bool", 1, 0.0, 2.0)
+    assert flags.dtype == bool and 400 < flags.sum() < 600
+
+
+@pytest.mark.parametrize("compress", [False, True])
+def test_generated_inputs_sampled_reference_and_gzipped_modules_run(tmp_path, compress,
+                                                                   monkeypatch):
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))  # where the workers decompress modules
+    root = make_generated_batch(tmp_path / "b", ["ok", "wrong", "ok"], compress=compress)
+    batch = load_batch(root)
+    inputs, ref = load_data(batch.data["w0"])
+    assert [x.shape for x in inputs] == [(6, 50)] * 2 and ref.shape == (28,)  # 300 / 11
+    assert batch.candidates[0].record["task"] == {"workload": {"op": "add"}}  # looked up
+    run_batch(root, backend="fake")
+    lines = ordered_results(batch, root / "results.jsonl")
+    assert [line["error"] for line in lines] == ["none", "wrong_result", "none"]
+    assert list(scratch.iterdir()) == []  # decompressed copies are removed
+
+
+def test_generated_inputs_that_differ_fail_the_batch(tmp_path):
+    root = make_generated_batch(tmp_path / "b", ["ok"])
+    edit_manifest(root, lambda d: d["data"]["w0"]["inputs"][1].update(sha256="0" * 64))
+    with pytest.raises(BatchError, match=r"inputs\[1\]: the generated input's sha256"):
+        run_batch(root, backend="fake")
+    proc = subprocess.run([sys.executable, "-m", "tensortune.device_runner", str(root),
+                           "--backend", "fake"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "does not draw the exporter's numbers" in proc.stderr
+    assert not (root / "results.jsonl").exists()  # nothing ran
+
+
+@pytest.mark.parametrize("edit, words", [
+    (lambda d: d["data"]["w0"]["inputs"][0]["generate"].update(seed=-1), "generate.seed"),
+    (lambda d: d["data"]["w0"]["inputs"][0]["generate"].update(low=2.0), "low <= high"),
+    (lambda d: d["data"]["w0"]["inputs"][0].update(sha256="abc"), "sha256"),
+    (lambda d: d["data"]["w0"]["output"].update(stride=0), "stride must be >= 1"),
+])
+def test_bad_generate_specs_name_the_problem(tmp_path, edit, words):
+    root = make_generated_batch(tmp_path / "b", ["ok"])
     edit_manifest(root, edit)
     with pytest.raises(BatchError) as err:
         load_batch(root)
@@ -212,6 +302,11 @@ def test_server_answers_a_bad_manifest_with_400(tmp_path, server):
     edit_manifest(root, lambda d: d.update(format="x"))
     with pytest.raises(RemoteError, match="answered 400: .*'format'"):
         run_remote(url, root, timeout_s=30)
+    root = make_generated_batch(tmp_path / "g", ["ok"])
+    edit_manifest(root, lambda d: d["data"]["w0"]["inputs"][0].update(sha256="1" * 64))
+    with pytest.raises(RemoteError, match="answered 400: .*generated input's sha256"):
+        run_remote(url, root, timeout_s=30)
+    assert len(run_remote(url, make_generated_batch(tmp_path / "h", ["ok"]), 30)) == 1
 
 
 def test_no_tvm_and_nothing_else_from_tensortune(tmp_path):

@@ -1,7 +1,9 @@
 """Time exported CUDA kernels on a GPU host that has only Python, numpy and CuPy.
 
 Protocol: the exporter writes a batch directory (``manifest.json``, ``data/*.npz``,
-``kernels/*.cubin``). ``run_batch`` supervises a worker process that, for each candidate,
+``kernels/*.cubin`` or ``*.cubin.gz``; inputs may be generated from a seed, checked against
+their sha256, and a large reference stored as a strided sample: ``batch``). ``run_batch``
+checks the data, then supervises a worker process that, for each candidate,
 prints ``start <index>``, checks one launch against the reference, times it with CUDA
 events around a CUDA graph of back-to-back calls and appends one JSON line to ``results.jsonl``. A worker that hangs is killed
 (``timeout``), one that dies or hits a CUDA error is restarted (``runtime_error``), and

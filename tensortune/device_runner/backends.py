@@ -30,8 +30,9 @@ class Backend(Protocol):
 
     def download(self, array: Any) -> np.ndarray: ...
 
-    def expect(self, ref: np.ndarray) -> None:
-        """The next candidate's reference output (only the fake uses it)."""
+    def expect(self, ref: np.ndarray, stride: int = 1) -> None:
+        """The next candidate's reference output, every ``stride``-th element of the flat
+        output (only the fake uses it)."""
 
     def launch(self, handle: Any, kernels: Sequence[KernelSpec], buffers: Sequence[Any]) -> None:
         """Launch all kernels of a candidate once, in order (asynchronously)."""
@@ -79,7 +80,7 @@ class CupyBackend:
     def download(self, array: Any) -> np.ndarray:
         return self._cp.asnumpy(array)
 
-    def expect(self, ref: np.ndarray) -> None:
+    def expect(self, ref: np.ndarray, stride: int = 1) -> None:
         pass
 
     def launch(self, handle: Any, kernels: Sequence[KernelSpec], buffers: Sequence[Any]) -> None:
@@ -145,6 +146,7 @@ class FakeBackend:
 
     def __init__(self) -> None:
         self._ref: np.ndarray | None = None
+        self._stride = 1
 
     def device_name(self) -> str:
         return "Fake GPU"
@@ -173,8 +175,8 @@ class FakeBackend:
     def download(self, array: Any) -> np.ndarray:
         return np.array(array, copy=True)
 
-    def expect(self, ref: np.ndarray) -> None:
-        self._ref = ref
+    def expect(self, ref: np.ndarray, stride: int = 1) -> None:
+        self._ref, self._stride = ref, stride
 
     def launch(self, handle: Any, kernels: Sequence[KernelSpec], buffers: Sequence[Any]) -> None:
         behaviour, out = handle["behaviour"], buffers[-1]
@@ -186,7 +188,8 @@ class FakeBackend:
         if behaviour == "launch_error":
             raise RuntimeError("fake launch error: CUDA_ERROR_LAUNCH_FAILED\n(second line)")
         if behaviour == "ok" and self._ref is not None:
-            out[...] = self._ref
+            # a sampled reference fixes only its elements; the rest stays as it was
+            out.reshape(-1)[::self._stride] = self._ref.reshape(-1)
         else:
             out[...] = np.zeros_like(out) + 1
 

@@ -1,8 +1,22 @@
-"""The batch directory: manifest validation, data loading and the results file."""
+"""The batch directory: manifest validation, data loading and the results file.
+
+Format version 2 (version 1 is still read) lets an input be generated instead of stored: its
+spec carries ``"generate": {"seed", "low", "high"}`` and the ``sha256`` of the array, which
+``generate_array`` rebuilds from PCG64's raw bits (the bit stream numpy keeps stable across
+versions; the conversion to floats is done here, not by numpy's distributions). The output spec
+may carry a ``stride``: the stored reference is then every stride-th element of the flat output.
+A module path ending in ``.gz`` is a gzip-compressed cubin.
+"""
 from __future__ import annotations
 
+import contextlib
+import gzip
+import hashlib
 import json
+import math
 import os
+import shutil
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -11,7 +25,7 @@ from typing import Any
 import numpy as np
 
 FORMAT = "tensortune.cuda-batch"
-VERSION = 1
+VERSION = 2
 RESULTS = "results.jsonl"
 ERROR_KINDS = ("none", "runtime_error", "timeout", "wrong_result")
 
@@ -29,9 +43,21 @@ class Timing:
 
 
 @dataclass(frozen=True)
+class Generated:
+    """How an input is drawn (``generate_array``) and the sha256 the exporter's array had."""
+
+    seed: int
+    low: float
+    high: float
+    sha256: str
+
+
+@dataclass(frozen=True)
 class ArraySpec:
     shape: tuple[int, ...]
     dtype: np.dtype
+    generate: Generated | None = None  # inputs: drawn here, not read from the npz
+    stride: int = 1  # the output: the reference holds every stride-th element
 
 
 @dataclass(frozen=True)
@@ -120,7 +146,24 @@ def _array_spec(obj: Any, where: str) -> ArraySpec:
         raise BatchError(f"manifest.json: {where}.dtype '{name}' is not a numpy dtype") from None
     if dtype.hasobject or dtype.kind not in "biufc":
         raise BatchError(f"manifest.json: {where}.dtype '{name}' is not numeric")
-    return ArraySpec(tuple(shape), dtype)
+    generate = None
+    if "generate" in obj:
+        gen = _get(obj, "generate", dict, where)
+        seed = _get(gen, "seed", int, f"{where}.generate")
+        if seed < 0:
+            raise BatchError(f"manifest.json: {where}.generate.seed is negative")
+        low = float(_get(gen, "low", (int, float), f"{where}.generate"))
+        high = float(_get(gen, "high", (int, float), f"{where}.generate"))
+        if not (math.isfinite(low) and math.isfinite(high) and low <= high):
+            raise BatchError(f"manifest.json: {where}.generate needs finite low <= high")
+        digest = _get(obj, "sha256", str, where)
+        if len(digest) != 64:
+            raise BatchError(f"manifest.json: {where}.sha256 is not a sha256 hex digest")
+        generate = Generated(seed, low, high, digest)
+    stride = _get(obj, "stride", int, where) if "stride" in obj else 1
+    if stride < 1:
+        raise BatchError(f"manifest.json: {where}.stride must be >= 1")
+    return ArraySpec(tuple(shape), dtype, generate, stride)
 
 
 def _dim3(obj: Any, key: str, where: str) -> tuple[int, int, int]:
@@ -161,7 +204,8 @@ def _kernel(obj: Any, where: str, n_buffers: int) -> KernelSpec:
     )
 
 
-def _candidate(root: Path, i: int, obj: Any, data: dict[str, DataSpec]) -> Candidate:
+def _candidate(root: Path, i: int, obj: Any, data: dict[str, DataSpec],
+               tasks: dict) -> Candidate:
     where = f"candidates[{i}]"
     index = _get(obj, "index", int, where)
     name = _get(obj, "data", str, where)
@@ -175,8 +219,17 @@ def _candidate(root: Path, i: int, obj: Any, data: dict[str, DataSpec]) -> Candi
         index=index, key=_get(obj, "key", str, where), data=name,
         module=_file(root, _get(obj, "module", str, where), f"{where}.module"),
         kernels=tuple(_kernel(k, f"{where}.kernels[{j}]", n_buffers) for j, k in enumerate(kernels)),
-        record=obj.get("record"),
+        record=_record(obj.get("record"), tasks),
     )
+
+
+def _record(record: Any, tasks: dict) -> Any:
+    """The exporter's opaque record, its task looked up where it names one of ``tasks`` (a
+    version 2 manifest holds each task once)."""
+    if isinstance(record, dict) and isinstance(record.get("task"), str) \
+            and record["task"] in tasks:
+        return {**record, "task": tasks[record["task"]]}
+    return record
 
 
 def load_batch(batch_dir: str | os.PathLike) -> Batch:
@@ -204,8 +257,10 @@ def load_batch(batch_dir: str | os.PathLike) -> Batch:
         timeout_s=_number(timing_obj, "timeout_s", "timing", 0.0, strict=True),
     )
     data = {name: _data(root, name, obj) for name, obj in _get(doc, "data", dict, "manifest").items()}
+    tasks = doc.get("tasks") if isinstance(doc.get("tasks"), dict) else {}
     candidates = tuple(
-        _candidate(root, i, obj, data) for i, obj in enumerate(_get(doc, "candidates", list, "manifest"))
+        _candidate(root, i, obj, data, tasks)
+        for i, obj in enumerate(_get(doc, "candidates", list, "manifest"))
     )
     seen: set[int] = set()
     for c in candidates:
@@ -215,25 +270,88 @@ def load_batch(batch_dir: str | os.PathLike) -> Batch:
     return Batch(root, _get(doc, "arch", str, "manifest"), timing, data, candidates)
 
 
+def generate_array(shape, dtype, seed: int, low: float, high: float) -> np.ndarray:
+    """``low + (high - low) * u`` for u uniform in [0, 1), rounded down for integer and boolean
+    dtypes. u is drawn as numpy's ``Generator.random`` draws it (the top 53 bits of each of
+    PCG64's raw 64-bit outputs), but from the bit stream itself, which stays the same across
+    numpy versions where the distributions may not."""
+    dtype = np.dtype(dtype)
+    raw = np.random.default_rng(seed).bit_generator.random_raw(math.prod(shape))
+    x = low + (high - low) * ((raw >> 11).astype(np.float64) * (1.0 / 9007199254740992.0))
+    if dtype.kind in "biu":
+        x = np.floor(x)
+    return np.asarray(x.astype(dtype)).reshape(tuple(shape))
+
+
+def sha256_of(array: np.ndarray) -> str:
+    """The sha256 of an array's bytes in C order."""
+    return hashlib.sha256(np.ascontiguousarray(array).tobytes()).hexdigest()
+
+
+def reference_sample(array: np.ndarray, stride: int) -> np.ndarray:
+    """What a reference stored with ``stride`` holds: every stride-th element, flat."""
+    return np.ascontiguousarray(array).reshape(-1)[::stride] if stride > 1 else array
+
+
 def load_data(spec: DataSpec) -> tuple[list[np.ndarray], np.ndarray]:
-    """The inputs and the reference output of one data entry, checked against the manifest."""
+    """The inputs (read or generated) and the reference output of one data entry, checked
+    against the manifest; with ``spec.output.stride`` > 1 the reference is the flat sample."""
     try:
         with np.load(spec.file, allow_pickle=False) as npz:
             arrays = {k: npz[k] for k in npz.files}
     except (OSError, ValueError) as e:
         raise BatchError(f"{spec.file.name}: cannot read npz: {e}") from None
-    names = [f"in{i}" for i in range(len(spec.inputs))] + ["ref"]
-    specs = list(spec.inputs) + [spec.output]
-    for name, want in zip(names, specs):
-        got = arrays.get(name)
-        if got is None:
-            raise BatchError(f"{spec.file.name}: array '{name}' is missing")
-        if got.shape != want.shape or got.dtype != want.dtype:
+    inputs = []
+    for i, want in enumerate(spec.inputs):
+        if want.generate is None:
+            inputs.append(_stored(arrays, spec.file.name, f"in{i}", want.shape, want.dtype))
+            continue
+        g = want.generate
+        array = generate_array(want.shape, want.dtype, g.seed, g.low, g.high)
+        digest = sha256_of(array)
+        if digest != g.sha256:
             raise BatchError(
-                f"{spec.file.name}: array '{name}' is {got.dtype}{list(got.shape)}, "
-                f"manifest says {want.dtype}{list(want.shape)}"
-            )
-    return [arrays[n] for n in names[:-1]], arrays["ref"]
+                f"data.{spec.name}.inputs[{i}]: the generated input's sha256 is {digest[:16]}..., "
+                f"the manifest's {g.sha256[:16]}...: numpy {np.__version__} here does not draw "
+                "the exporter's numbers; export the batch with its inputs stored")
+        inputs.append(array)
+    out = spec.output
+    size = math.prod(out.shape)
+    ref_shape = (len(range(0, size, out.stride)),) if out.stride > 1 else out.shape
+    return inputs, _stored(arrays, spec.file.name, "ref", ref_shape, out.dtype)
+
+
+def _stored(arrays: dict, file: str, name: str, shape: tuple, dtype: np.dtype) -> np.ndarray:
+    got = arrays.get(name)
+    if got is None:
+        raise BatchError(f"{file}: array '{name}' is missing")
+    if got.shape != tuple(shape) or got.dtype != dtype:
+        raise BatchError(f"{file}: array '{name}' is {got.dtype}{list(got.shape)}, "
+                         f"manifest says {dtype}{list(shape)}")
+    return got
+
+
+def check_data(batch: Batch) -> None:
+    """Load every data entry once (generating its inputs): ``BatchError`` if one cannot be read
+    or generated as exported, before any candidate runs."""
+    for spec in batch.data.values():
+        load_data(spec)
+
+
+@contextlib.contextmanager
+def module_file(path: Path):
+    """A path to the module's cubin: ``path`` itself, or a decompressed temporary copy of a
+    ``.gz`` one (removed afterwards: a loaded module no longer needs its file)."""
+    if path.suffix != ".gz":
+        yield str(path)
+        return
+    fd, tmp = tempfile.mkstemp(suffix=".cubin", prefix="tt-kernel-")
+    try:
+        with os.fdopen(fd, "wb") as f, gzip.open(path, "rb") as z:
+            shutil.copyfileobj(z, f)
+        yield tmp
+    finally:
+        os.unlink(tmp)
 
 
 def result_line(index: int, key: str, error: str, costs=(), message: str = "",

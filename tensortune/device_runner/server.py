@@ -15,7 +15,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path, PurePosixPath
 
-from .batch import BatchError, load_batch
+from .batch import BatchError, check_data, load_batch
 from .runner import RunnerError, worker_env, ordered_results, run_batch
 
 MAX_BODY = 512 * 1024 * 1024
@@ -88,6 +88,7 @@ class BatchServer(ThreadingHTTPServer):
         extract_batch(body_path, batch_dir, self.max_body * UNPACK_FACTOR)
         try:
             batch = load_batch(batch_dir)
+            check_data(batch)  # inputs it cannot generate as exported: the batch's fault
         except BatchError as e:
             raise Refused(400, str(e)) from None
         # results live outside the upload: a results.jsonl inside it must not skip candidates
