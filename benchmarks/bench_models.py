@@ -1,17 +1,21 @@
 """Whole-model benchmark: tensortune against the engines a user would otherwise deploy.
 
-For each model, in this one process: tune it with tensortune (``--trials`` in total, gradient
-task scheduler), build and save it; export it to ONNX; then time, in interleaved rounds, the
-tuned tensortune module, ONNX Runtime, OpenVINO, PyTorch eager, ``torch.compile`` and TVM
-untuned (and MetaSchedule's ``tune_relax`` at the same trials with ``--metaschedule``; about an
-hour per model here). Every engine is timed the way a user calls it: numpy in, numpy out,
+For each model, in this one process: import it (the wider zoo through its ONNX export, as the
+service receives a model; the first zoo through torch.export, or every zoo model through ONNX
+with ``--onnx``), tune it with tensortune (``--trials`` in total and at most
+``--tune-minutes``, gradient task scheduler), build and save it; then time, in interleaved
+rounds, the tuned tensortune module, ONNX Runtime, OpenVINO, PyTorch eager, ``torch.compile``
+and TVM untuned (and MetaSchedule's ``tune_relax`` at the same trials with ``--metaschedule``;
+about an hour per model here). Every engine is timed the way a user calls it: numpy in, numpy out,
 wall clock around the call. Every output is checked against PyTorch (against ONNX Runtime for
 an ``.onnx`` file). Prints each model's latencies and per-function profile as it finishes (and
-saves its row as ``bench-<model>.json`` under the home), then a table of latencies and ratios
-and one JSON line; a model that fails is named and the others still run.
+saves its row as ``bench-<model>.json`` under the home), then a table of latencies, tuning
+time and ratios with the geometric mean of tensortune / each peer and / the best peer, and one
+JSON line; a model that fails is named (in the table too) and the others still run.
 
-    python benchmarks/bench_models.py [--models resnet18,mobilenet_v2,resnet50,bert_base]
-        [--trials 1000] [--onnx model.onnx] [--metaschedule] [--home DIR] [--reuse]
+    python benchmarks/bench_models.py [--models resnet18,...|wider|first|model.onnx]
+        [--trials 1000] [--tune-minutes 15] [--onnx | --torch-export] [--metaschedule]
+        [--home DIR] [--reuse]
 """
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ import argparse
 import dataclasses
 import json
 import logging
+import math
 import os
 import sys
 import tempfile
@@ -34,8 +39,10 @@ from tensortune.peers.models import (ModelPeer, check_close, export_onnx, onnxru
 from tensortune.session import Session
 from tensortune.settings import Settings
 from tensortune.tasks.graph import GraphOptions
+from tensortune.zoo import WIDER_ZOO, default_image_size, zoo_model
 
 DEFAULT_MODELS = "resnet18,mobilenet_v2,resnet50,bert_base"
+ALIASES = {"first": DEFAULT_MODELS.split(","), "wider": list(WIDER_ZOO)}
 ENGINES = ("tensortune", "onnxruntime", "openvino", "pytorch", "torch.compile", "untuned",
            "metaschedule")
 
@@ -73,31 +80,54 @@ def graph_of(args) -> GraphOptions:
                         expand_depthwise=not args.no_expand_depthwise)
 
 
-def session_for(name: str, args, settings: Settings) -> tuple[Session, list, object]:
-    """The model's session, its example inputs (numpy) and the torch module (None for ONNX)."""
+def via_onnx(name: str, args) -> bool:
+    """Whether a zoo model is imported from its ONNX export: the wider zoo by default."""
+    return args.onnx or (name in WIDER_ZOO and not args.torch_export)
+
+
+def session_for(name: str, args, settings: Settings,
+                home: Path) -> tuple[Session, list, object, Path]:
+    """The model's session, its example inputs (numpy), the torch module (None for an ONNX
+    file) and the ONNX file the ONNX peers run."""
     if name.endswith(".onnx"):
         s = Session.from_onnx(name, settings=settings, graph=graph_of(args))
         inputs = s.model.random_inputs(seed=0)
-        return s, inputs, None
-    s = Session.from_zoo(name, batch=args.batch, settings=settings, graph=graph_of(args))
-    module, example = s._torch
-    return s, [t.numpy() for t in example], module
+        return s, inputs, None, Path(name)
+    size = args.image_size or default_image_size(name)
+    module, example = zoo_model(name, batch=args.batch, image_size=size, seq_len=args.seq_len)
+    x = [t.numpy() for t in example]
+    shape = "x".join(str(d) for d in x[0].shape)
+    path = export_onnx(module, example, home / "onnx" / f"{name}-{shape}.onnx")
+    if via_onnx(name, args):
+        s = Session.from_onnx(path, settings=settings, graph=graph_of(args))
+        s.spec.update(zoo=name, image_size=size, seq_len=args.seq_len)
+        return s, x, module, path
+    s = Session.from_torch(module, example, name=name, settings=settings, graph=graph_of(args))
+    s.spec.update(source="zoo", batch=args.batch, image_size=size, seq_len=args.seq_len)
+    return s, x, module, path
+
+
+def deadline_step(minutes: float | None):
+    """An ``on_step`` for ``Session.tune`` that ends the schedule once ``minutes`` have passed
+    (checked after each batch, so a batch under way finishes)."""
+    if not minutes:
+        return None
+    end = time.perf_counter() + 60 * minutes
+    return lambda task, trials: time.perf_counter() > end
 
 
 def bench_one(name: str, args, settings: Settings, home: Path, peak: float) -> dict:
     threads = settings.measure.threads
-    s, x, module = session_for(name, args, settings)
+    s, x, module, onnx_path = session_for(name, args, settings, home)
     label = Path(name).stem
     trials, tune_s = 0, None
     if not args.reuse:
         start = time.perf_counter()
-        trials = s.tune(args.trials).trials
+        trials = s.tune(args.trials, on_step=deadline_step(args.tune_minutes)).trials
         tune_s = time.perf_counter() - start
     s.build()
     s.save()
     peers: dict[str, ModelPeer] = {"tensortune": ModelPeer("tensortune", lambda a: s.run(*a))}
-    onnx_path = Path(name) if module is None else export_onnx(module, tuple(
-        __import__("torch").from_numpy(a) for a in x), home / "onnx" / f"{label}.onnx")
     peers["onnxruntime"] = onnxruntime_peer(onnx_path, threads)
     peers["openvino"] = openvino_peer(onnx_path, threads)
     if module is not None:
@@ -122,9 +152,11 @@ def bench_one(name: str, args, settings: Settings, home: Path, peak: float) -> d
                                    if e in slow}, rounds=1, per_round=2))
     ms = {e: float(np.median(t)) * 1e3 for e, t in times.items()}
     profile = s.profile(repeat=20, peak_gflops=peak).to_json()
-    row = {"model": label, "tasks": len([t for t in s.extract() if t.tunable]), "trials": trials,
-           "tune_s": tune_s, "ms": ms, "spread": {e: [min(t) * 1e3, max(t) * 1e3]
-                                                  for e, t in times.items()},
+    row = {"model": label, "import": "torch.export" if s.spec["source"] == "zoo" else "onnx",
+           "input_shapes": [list(a.shape) for a in x],
+           "tasks": len([t for t in s.extract() if t.tunable]), "trials": trials,
+           "tune_s": tune_s, "import_s": s.stages.get("import"), "ms": ms,
+           "spread": {e: [min(t) * 1e3, max(t) * 1e3] for e, t in times.items()},
            "build_s": {e: p.build_s for e, p in peers.items()}, "max_error": errors,
            "time_evaluator_ms": s.compiled.time(repeat=20).median * 1e3,
            "profile": profile, "run_id": s.run_id, "graph": s.spec["graph"]}
@@ -155,9 +187,21 @@ def print_profile(row: dict, top: int = 12) -> None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default=DEFAULT_MODELS,
-                    help="zoo names and/or paths of .onnx files, comma-separated")
+                    help="zoo names and/or paths of .onnx files, comma-separated; 'wider' is "
+                         "the wider zoo, 'first' the default four")
     ap.add_argument("--trials", type=int, default=1000)
+    ap.add_argument("--tune-minutes", type=float, default=15.0,
+                    help="end each model's tuning after this long (0: no limit)")
+    how = ap.add_mutually_exclusive_group()
+    how.add_argument("--onnx", action="store_true",
+                     help="import every zoo model through its ONNX export (the wider zoo's "
+                          "default)")
+    how.add_argument("--torch-export", action="store_true",
+                     help="import every zoo model through torch.export")
     ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--image-size", type=int, default=None,
+                    help="input height and width (default: each model's own, e.g. 640 YOLO)")
+    ap.add_argument("--seq-len", type=int, default=128, help="tokens (bert_base, gpt2_small)")
     ap.add_argument("--layout", default="nhwc", help="nhwc (default) or nchw")
     ap.add_argument("--no-winograd", action="store_true", help="direct 3x3 convolutions only")
     ap.add_argument("--no-fast-math", action="store_true", help="libm exp, erf and tanh")
@@ -177,35 +221,59 @@ def main(argv=None) -> int:
     threads = settings.measure.threads
     use_threads(threads)
     peak = fma_peak_gflops(threads)
-    print(f"home {home}, threads {threads}, trials {args.trials}, FMA peak {peak:.0f} GFLOP/s, "
-          f"cpu {_cpu_name()}", flush=True)
-    rows, failed = [], []
-    for name in (n.strip() for n in args.models.split(",") if n.strip()):
+    print(f"home {home}, threads {threads}, trials {args.trials}, at most {args.tune_minutes:g} "
+          f"min each, FMA peak {peak:.0f} GFLOP/s, cpu {_cpu_name()}", flush=True)
+    rows, failed = [], {}
+    names = [m for n in args.models.split(",") if n.strip()
+             for m in ALIASES.get(n.strip(), [n.strip()])]
+    for name in names:
         # one model's failure is reported and the others still run; each finished model's
         # row and profile are out (and saved) before the next starts
         try:
             row = bench_one(name, args, settings, home, peak)
         except Exception as err:  # a model the frontend, a template or a peer cannot take
-            print(f"[{name}] failed: {type(err).__name__}: {str(err).splitlines()[0][:300]}",
-                  flush=True)
-            failed.append(name)
+            first = (str(err).splitlines() or [""])[0][:300]
+            print(f"[{name}] failed: {type(err).__name__}: {first}", flush=True)
+            failed[name] = f"{type(err).__name__}: {first}"
             continue
         rows.append(row)
         print_profile(row)
         (home / f"bench-{row['model']}.json").write_text(json.dumps(row) + "\n")
+    means = print_table(rows, failed)
+    print(json.dumps({"trials": args.trials, "tune_minutes": args.tune_minutes,
+                      "threads": threads, "peak_gflops": peak, "cpu": _cpu_name(),
+                      "rows": rows, "geomean": means, "failed": failed}))
+    return 1 if failed else 0
+
+
+def geomean(values) -> float | None:
+    values = list(values)
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
+def print_table(rows: list[dict], failed: dict[str, str]) -> dict:
+    """The per-model table, a geometric-mean row (tensortune / each peer over the models that
+    peer ran, and tensortune / the best peer) and the failures; returns the means."""
     engines = [e for e in ENGINES if any(e in r["ms"] for r in rows)]
-    print("\n| model | trials | tune s | " + " | ".join(f"{e} ms" for e in engines)
-          + " | tensortune / best peer |\n|" + "---|" * (len(engines) + 4))
+    print("\n| model | import | trials | tune s | " + " | ".join(f"{e} ms" for e in engines)
+          + " | tensortune / best peer |\n|" + "---|" * (len(engines) + 5))
     for r in rows:
         cells = [f"{r['ms'][e]:.2f}" if e in r["ms"] else "-" for e in engines]
         tune = "-" if r["tune_s"] is None else f"{r['tune_s']:.0f}"
-        print(f"| {r['model']} | {r['trials']} | {tune} | " + " | ".join(cells)
-              + f" | {r['vs_best_peer']:.2f} ({r['best_peer']}) |")
+        print(f"| {r['model']} | {r.get('import', '-')} | {r['trials']} | {tune} | "
+              + " | ".join(cells) + f" | {r['vs_best_peer']:.2f} ({r['best_peer']}) |")
+    means = {e: geomean(r["ms"]["tensortune"] / r["ms"][e] for r in rows if e in r["ms"])
+             for e in engines if e != "tensortune"}
+    means["best peer"] = geomean(r["vs_best_peer"] for r in rows)
+    if rows:
+        cells = ["-" if means.get(e) is None else f"{means[e]:.2f}" for e in engines]
+        print(f"| geomean tensortune / peer ({len(rows)} models) | | | | " + " | ".join(cells)
+              + f" | {means['best peer']:.2f} |")
+    for name, why in failed.items():
+        print(f"| {name} | failed: {why} |" + " |" * (len(engines) + 3))
     print("(median of per-round medians; wall clock around each engine's numpy-in, numpy-out "
-          "call; < 1 means tensortune is faster than the best peer)")
-    print(json.dumps({"trials": args.trials, "threads": threads, "peak_gflops": peak,
-                      "cpu": _cpu_name(), "rows": rows, "failed": failed}))
-    return 1 if failed else 0
+          "call; ratios < 1 mean tensortune is faster; tune s is the tuning wall time)")
+    return means
 
 
 def _cpu_name() -> str:
