@@ -91,11 +91,16 @@ class Session:
         return cls(model, spec, settings, import_s=time.perf_counter() - start)
 
     @classmethod
-    def from_zoo(cls, name: str, batch: int = 1, image_size: int = 224, seq_len: int = 128,
-                 settings: Settings | None = None, graph=None) -> "Session":
-        """A model of the built-in zoo (random weights), imported from PyTorch."""
-        from .zoo import zoo_model
+    def from_zoo(cls, name: str, batch: int = 1, image_size: int | None = None,
+                 seq_len: int = 128, settings: Settings | None = None,
+                 graph=None) -> "Session":
+        """A model of the built-in zoo (random weights), imported from PyTorch; ``image_size``
+        None: the model's own default (``zoo.default_image_size``: 224, YOLO 640, U-Net 256),
+        which the run's spec records."""
+        from .zoo import default_image_size, zoo_model
 
+        if image_size is None:
+            image_size = default_image_size(name)
         module, inputs = zoo_model(name, batch=batch, image_size=image_size, seq_len=seq_len)
         session = cls.from_torch(module, inputs, name=name, settings=settings, graph=graph)
         session.spec.update(source="zoo", batch=batch, image_size=image_size, seq_len=seq_len)
@@ -263,9 +268,10 @@ class Session:
         return self.records_path if self.records_path.exists() else None
 
     # -- build, save, load ------------------------------------------------------------------------------
-    def build(self, tuned: bool = True, best: dict | None = None):
+    def build(self, tuned: bool = True, best: dict | None = None, cuda_graph: bool = True):
         """Compile the model, each task with its best record (``tuned=False``: TVM's defaults;
-        ``best``: these configs by task key, e.g. a records index's picks)."""
+        ``best``: these configs by task key, e.g. a records index's picks, or a records log;
+        ``cuda_graph``: a GPU build replays its kernels as one CUDA graph)."""
         from .tasks import build_model
 
         self._need_model("build")
@@ -273,7 +279,9 @@ class Session:
         self._chosen = best
         best = best if best is not None else self._best() if tuned else None
         self.compiled = build_model(self.model, self.target, best,
-                                    threads=self.settings.measure.threads, graph=self.graph)
+                                    threads=self.settings.measure.threads, graph=self.graph,
+                                    cuda_graph=cuda_graph)
+        self._note_provenance(self.compiled, best)
         self.stages["build"] = time.perf_counter() - start
         return self.compiled
 
@@ -311,6 +319,29 @@ class Session:
         session.results = dict(info.get("results", {}))
         session.compiled = CompiledModel.load(module_dir, threads=settings.measure.threads)
         return session
+
+    def export(self, out: str | Path, runtime: bool = False, python: str | None = None,
+               overwrite: bool = False, synthetic_seed: int | None = None) -> dict:
+        """Write the built model as a directory that runs with TVM's runtime and numpy alone
+        (``deploy``); returns its manifest. Its test vector's outputs are this build's own,
+        or for a device this machine lacks, an untuned build of the same model for this CPU.
+        ``runtime`` bundles TVM's runtime (for ``python``, e.g. "3.12"); ``synthetic_seed``
+        ships no weights: the loader makes them from the seed (to time a model on a host its
+        weights cannot travel to; the test vector uses them too)."""
+        from .deploy import export_session
+
+        return export_session(self, out, runtime, python, overwrite, synthetic_seed)
+
+    def _note_provenance(self, compiled, best=None) -> None:
+        """Note in ``compiled.functions`` where each config came from (``tasks.provenance``):
+        this run's log, the shared records and the log the build read, the hardware-free
+        picks."""
+        from .tasks.provenance import note_provenance
+
+        logs = [self.run_dir / "log.jsonl", self.records_path]
+        if isinstance(best, (str, Path)) and Path(best) not in logs:
+            logs.append(Path(best))
+        note_provenance(compiled.functions, logs, self.static)
 
     # -- use ----------------------------------------------------------------------------------------------
     def run(self, *inputs: np.ndarray) -> list[np.ndarray]:
@@ -377,6 +408,25 @@ class Session:
         if self.compiled is None:
             raise SessionError(f"cannot {what}: build() the model first")
         return self.compiled
+
+
+def model_from_spec(spec: dict):
+    """The model a run was made from, imported again from its spec (zoo or ONNX runs)."""
+    from .frontend import from_onnx
+    from .zoo import zoo_model
+
+    if spec.get("source") == "zoo":
+        from .frontend import from_torch
+
+        # every zoo run records its size; a spec without one means the model's default
+        module, inputs = zoo_model(spec["name"], batch=spec.get("batch", 1),
+                                   image_size=spec.get("image_size"),
+                                   seq_len=spec.get("seq_len", 128))
+        return from_torch(module, inputs, name=spec["name"])
+    if spec.get("source") == "onnx":
+        return from_onnx(spec["path"])
+    raise SessionError(f"run of {spec.get('name')!r} came from a {spec.get('source')} module; "
+                       "import it again in Python to rebuild it")
 
 
 def task_label(t) -> str:

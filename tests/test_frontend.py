@@ -174,3 +174,30 @@ def test_from_onnx_folds_shape_arithmetic_of_static_shapes(tmp_path):
     model = from_onnx(path, input_shapes={"data": (2, 3, 8, 8)})
     x = np.random.default_rng(4).standard_normal((2, 3, 8, 8)).astype("float32")
     _default_build_matches_torch(model, module, x)
+
+
+class NegativeIndices(torch.nn.Module):
+    """``x[:, -1]`` (``aten.select.int``), ``x[:, [-1, 0]]`` (``aten.index.Tensor`` of a
+    constant) and ``x[..., -2:]`` (a slice): PyTorch counts them from the end."""
+
+    def forward(self, x):
+        return torch.cat((x[:, -1], x[..., -2:].flatten(1), x[:, [-1, 0]].flatten(1)), 1)
+
+
+def test_negative_indices_count_from_the_end_as_in_torch():
+    from tvm import relax
+    from tvm.ir import GenericConst
+
+    module = NegativeIndices()
+    x = np.random.default_rng(0).standard_normal((2, 5, 4)).astype("float32")
+    model = from_torch(module, (torch.from_numpy(x),))
+    indices = []
+
+    def visit(expr):
+        if isinstance(expr, relax.Call) and getattr(expr.op, "name", "") == "relax.take":
+            assert isinstance(expr.args[1], GenericConst)
+            indices.extend(np.ravel(expr.args[1].value.numpy()).tolist())
+
+    relax.analysis.post_order_visit(model.mod["main"].body, visit)
+    assert sorted(indices) == [0, 4, 4]  # TVM's take(mode="fast") would read before x
+    _default_build_matches_torch(model, module, x)

@@ -180,3 +180,65 @@ def test_weight_transposes_fold_in_numpy_to_what_fold_constant_gives(block):
     before, left = left, []
     relax.analysis.post_order_visit(folded["main"].body, visit)
     assert len(before) >= 4 and not left  # at least one per convolution, all folded by numpy
+
+
+class Decoder(torch.nn.Module):
+    """A U-Net-like decoder on small sizes: a 2x2 stride-2 transposed convolution (kernel =
+    stride, U-Net's) between convolutions and concatenated with a skip, a nearest upsampling,
+    and a 3x3 stride-2 transposed convolution with padding and output padding."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.down = torch.nn.Conv2d(8, 16, 3, stride=2, padding=1)
+        self.up = torch.nn.ConvTranspose2d(16, 8, 2, 2)
+        self.fuse = torch.nn.Conv2d(16, 8, 3, padding=1)
+        self.up2 = torch.nn.ConvTranspose2d(8, 4, 3, 2, padding=1, output_padding=1)
+        self.resize = torch.nn.Upsample(scale_factor=2)
+        self.mix = torch.nn.Conv2d(8, 4, 1)
+        self.head = torch.nn.Conv2d(8, 2, 1)
+
+    def forward(self, x):
+        skip = torch.relu(self.stem(x))
+        y = torch.relu(self.fuse(torch.cat((skip, self.up(torch.relu(self.down(skip)))), 1)))
+        return self.head(torch.relu(torch.cat((self.up2(y), self.mix(self.resize(y))), 1)))
+
+
+@pytest.fixture(scope="module")
+def decoder():
+    torch.manual_seed(0)
+    module = Decoder().eval()
+    x = torch.randn(1, 3, 10, 12)
+    with torch.no_grad():
+        expected = module(x).numpy()
+    return from_torch(module, (x,)), x.numpy(), expected
+
+
+def test_transposed_convolutions_build_in_the_nhwc_pipeline_and_match_torch(decoder, target):
+    from tvm import relax
+
+    from tensortune.tasks.extract import prepare
+
+    model, x, expected = decoder
+    layouts = []
+
+    def visit(expr):
+        name = getattr(getattr(expr, "op", None), "name", "")
+        if isinstance(expr, relax.Call) and name.startswith(("relax.nn.conv2d", "relax.image")):
+            layouts.append((name.split(".")[-1], str(expr.attrs.layout if "resize" in name
+                                                         else expr.attrs.data_layout)))
+
+    relax.analysis.post_order_visit(prepare(model.mod)["main"].body, visit)
+    # kernel = stride: a 1x1 NHWC convolution to 2*2*8 channels, then a depth-to-space copy;
+    # the other transposed one runs in NCHW/IOHW (what TVM 0.27 legalizes) between transposes;
+    # every convolution and the upsampling keep channels last
+    assert sorted(layouts) == [("conv2d", "NHWC")] * 6 + [("conv2d_transpose", "NCHW"),
+                                                          ("resize2d", "NHWC")]
+    tasks = extract_tasks(model, target)
+    ones = [t for t in _conv_tasks(tasks) if t.task.workload.input_shapes[1] == (1, 1, 16, 32)]
+    assert len(ones) == 1 and ones[0].tunable
+    (general,) = [t for t in tasks if "conv2d_transpose" in t.name]
+    assert general.task.workload.input_shapes[0] == (1, 8, 10, 12) and general.tunable
+    compiled = build_model(model, target, {})  # every function with its template's seed
+    np.testing.assert_allclose(compiled.run(x)[0], expected, rtol=1e-4, atol=1e-5)
+    assert compiled.functions[general.functions[0]]["schedule"] == "seeded"

@@ -13,7 +13,8 @@ from tensortune.tasks import extract_tasks
 from tensortune.tuner.evaluator import Evaluator
 from tensortune.tuner.loop import TuneLoop
 from tensortune.search import STRATEGIES
-from tensortune.workload import Conv2d, Matmul, Task, default_target, vector_lanes
+from tensortune.workload import (BatchMatmul, Conv2d, Dense, Matmul, Task, default_target,
+                                vector_lanes)
 from tests.fakes import FakeBuilder, ReplayRunner
 
 
@@ -149,3 +150,23 @@ def test_softmax_layer_norm_and_elementwise_functions_are_tuned_and_verified(tar
     for inp, result in zip(inputs, results):
         assert result.ok and result.verified, (inp.task.workload.name, dict(inp.config),
                                                result.message)
+
+
+@pytest.mark.parametrize("workload", [
+    Matmul(m=197, n=48, k=40),  # ViT's 197 tokens: prime, no register tile of rows divides it
+    Dense(batch=197, in_features=40, out_features=48, bias=True),
+    BatchMatmul(b=2, m=197, n=197, k=24),  # attention's scores: 197 columns too
+])
+def test_rows_no_register_tile_divides_are_padded_to_one_that_does(target, workload):
+    task = Task(workload, target)
+    space = task_space(task)
+    extents = {k.name: k.extent for k in space.knobs if hasattr(k, "extent")}
+    assert extents["tile_i"] == 200  # padded to a multiple of 8 rows
+    seeds = task_seeds(task, space)
+    assert seeds[0]["tile_i"][-1] > 1 and seeds[0]["tile_j"][-1] % 16 == 0
+    inputs = [MeasureInput(task, c) for c in seeds[:2]]
+    settings = MeasureSettings(number=1, repeat=1, min_repeat_ms=1, threads=2)
+    with LocalBuilder(workers=2) as builder, LocalRunner(settings) as runner:
+        results = runner.run(inputs, builder.build(inputs))
+    for inp, result in zip(inputs, results):  # the runner checks against numpy's reference
+        assert result.ok and result.verified, (dict(inp.config), result.message)

@@ -178,7 +178,7 @@ def test_primfunc_reference_is_conv_plus_bias_plus_relu(tasks):
 def test_functions_without_one_reduction_get_the_row_wise_space(tasks, target):
     reshape = _by_name(tasks, "reshape")  # untunable as a view, but the template still fits it
     space = task_space(Task(reshape.task.workload, target))
-    assert {k.name for k in space.knobs} == {"rows", "vector", "unroll"}
+    assert {k.name for k in space.knobs} == {"rows", "vector", "parallel", "unroll"}
     with pytest.raises(TemplateMismatch):
         task_space(Task(reshape.task.workload, target, "cuda.generic"))
 

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import tvm
 
-from tensortune.space import InvalidConfigError, TemplateMismatch, apply_config, task_space
+from tensortune.space import InvalidConfigError, apply_config, task_space
 from tensortune.workload import BatchMatmul, Conv2d, Dense, Matmul, Task, default_target
 
 SHAPES = [
@@ -80,14 +80,17 @@ def test_functions_without_one_tiled_reduction_get_the_row_wise_space():
     b = te.compute((8, 16), lambda i, j: a[i, j] + 1, name="b")
     builder = SpaceBuilder()
     generic_cpu(builder, Schedule(te.create_prim_func([a, b])))
-    assert [k.name for k in builder.knobs] == ["rows", "vector", "unroll"]
+    assert [k.name for k in builder.knobs] == ["rows", "vector", "parallel", "unroll"]
     assert builder.knobs[0].options == (2, 1)  # fuse both loops, or parallelize the rows only
-    # a softmax over a whole vector has no row to give each core: refused, by name
+    # a softmax over a whole vector has no row to give each core: every block on its own
+    # first (the rule that fits any function), or the output's one axis apart from the rest
     k1, k2 = te.reduce_axis((0, 16), "k1"), te.reduce_axis((0, 16), "k2")
     v = te.placeholder((16,), name="v")
     peak = te.compute((), lambda: te.max(v[k1], axis=k1), name="peak")
     e = te.compute((16,), lambda i: te.exp(v[i] - peak()), name="e")
     total = te.compute((), lambda: te.sum(e[k2], axis=k2), name="total")
     out = te.compute((16,), lambda i: e[i] / total(), name="out")
-    with pytest.raises(TemplateMismatch, match="leading spatial axis"):
-        generic_cpu(SpaceBuilder(), Schedule(te.create_prim_func([v, out])))
+    builder = SpaceBuilder()
+    generic_cpu(builder, Schedule(te.create_prim_func([v, out])))
+    knobs = {k.name: k.options for k in builder.knobs}
+    assert knobs["rows"] == (0, 1) and knobs["reduce"] == ("rfactor", "unroll")

@@ -1,11 +1,13 @@
 """The ``tensortune`` command, one module per command group:
 
 * ``ops``: ``tune-op`` (tune one operator) and ``best`` (the best record of each task in a log);
-* ``model``: ``tune-model``, ``evaluate`` and ``runs`` (whole models, through ``Session``);
+* ``model``: ``tune-model`` (whole models, through ``Session``);
+* ``runs``: ``evaluate``, ``profile`` and ``runs`` (saved runs);
 * ``dataset``: ``dataset collect|remeasure|info|features``;
 * ``costmodel``: ``costmodel eval|compare``;
 * ``schedule``: ``schedule`` (many jobs under one scheduler) and ``experiment`` (grids);
 * ``measure``: ``measure export|import`` (batches of CUDA candidates for a GPU host);
+* ``deploy``: ``export`` (a saved run as a directory that runs without the compiler);
 * ``service``: ``serve`` (the tuning service) and its clients ``submit``, ``jobs``, ``fetch``;
 * ``common``: the console and the helpers they share.
 """
@@ -13,16 +15,18 @@ from __future__ import annotations
 
 import typer
 
-from . import costmodel, dataset, measure, model, ops, schedule, service
+from . import costmodel, dataset, deploy, measure, model, ops, runs, schedule, service
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="tensortune: tune tensor programs on Apache TVM.")
 ops.register(app)
 model.register(app)
+runs.register(app)
 dataset.register(app)
 costmodel.register(app)
 schedule.register(app)
 measure.register(app)
+deploy.register(app)
 service.register(app)
 
 

@@ -1,9 +1,11 @@
-"""Command line for whole models: ``tune-model``, ``evaluate``, ``profile``, ``runs``."""
+"""Command line for tuning whole models: ``tune-model`` (saved runs: ``cli.runs``)."""
 from __future__ import annotations
 
 import dataclasses
 import json
 import sys
+from pathlib import Path
+from typing import Optional
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -17,7 +19,9 @@ def tune_model(
     model: str = typer.Argument(..., help="a zoo name (resnet18, mobilenet_v2, ...) or a .onnx file"),
     trials: int = typer.Option(1000, help="total measurement budget shared by all tasks"),
     batch: int = typer.Option(1, help="batch size (zoo models)"),
-    image_size: int = typer.Option(224, help="input height and width (zoo image models)"),
+    image_size: Optional[int] = typer.Option(
+        None, help="input height and width (zoo image models; default: the model's own, 224 for "
+        "most, 640 for YOLO, 256 for U-Net)"),
     scheduler: str = typer.Option("gradient", help="gradient | round-robin"),
     tuner: str = typer.Option("xgb", help="xgb | random | grid"),
     cost_model: str = typer.Option("fresh", help="fresh (AutoTVM's: a new XGBoost per task) | "
@@ -30,8 +34,13 @@ def tune_model(
     effort: str = typer.Option("full", help="with --hardware-free: full (a search per task, "
                                "its shortlist compiled) | fast (the template's seeds ranked, "
                                "a few compiled: a tenth of the time)"),
+    records: Optional[Path] = typer.Option(
+        None, "--records", help="tune nothing: build each task with its best record in this "
+                                "log (e.g. what `measure import` appended); a task without one "
+                                "gets the default schedule"),
     target: str = typer.Option("host", help="host | llvm:<mcpu> (e.g. llvm:znver4; timing "
-                               "needs a host that runs it) | cuda:<arch> (--hardware-free)"),
+                               "needs a host that runs it) | cuda:<arch> (--hardware-free or "
+                               "--records)"),
     seed: int = typer.Option(0),
     layout: str = typer.Option("nhwc", help="activation layout: nhwc (channels last) | nchw"),
     winograd: bool = typer.Option(True, help="3x3 stride-1 convolutions as Winograd (nhwc)"),
@@ -45,12 +54,16 @@ def tune_model(
     from ..frontend import ModelImportError
     from ..session import Session, SessionError
     from ..tasks.graph import GraphOptions
+    from ..tasks.profile import default_function_shares
     from ..zoo import ZOO
 
     settings = dataclasses.replace(Settings.from_env(), seed=seed)
     try:
-        settings = dataclasses.replace(settings, target=_model_target(target, settings,
-                                                                      hardware_free, verify_top))
+        if records is not None and (hardware_free or not records.is_file()):
+            raise ValueError(f"--records {records}: " + ("tunes nothing, so not with "
+                             "--hardware-free" if hardware_free else "no such file"))
+        settings = dataclasses.replace(settings, target=_model_target(
+            target, settings, hardware_free or records is not None, verify_top))
         graph = GraphOptions(layout=layout, winograd=winograd, fast_math=fast_math,
                              expand_depthwise=expand_depthwise)
         if model.endswith(".onnx"):
@@ -80,25 +93,33 @@ def tune_model(
     if (verify_top or effort != "full") and not hardware_free:
         console.print("[red]error:[/red] --verify-top and --effort go with --hardware-free")
         raise typer.Exit(2)
+    best = None
     try:
-        if hardware_free:
+        if records is not None:
+            best, counts = _from_records(session, records)
+        elif hardware_free:
             counts = _tune_hardware_free(session, verify_top, effort)
         else:
             counts = _tune_measured(session, tunable, trials, scheduler, tuner, cost_model)
     except (SessionError, ValueError) as err:
         console.print(f"[red]error:[/red] {err}")
         raise typer.Exit(2)
-    session.build()
+    session.build(best=best)
     session.save()
     if session.target.get("kind") == "cuda":  # compiled for a GPU this machine does not have
-        _report_cross_compiled(session, counts, as_json)
+        if records is not None:
+            _report_from_records(session, counts, as_json)
+        else:
+            _report_cross_compiled(session, counts, as_json)
         return
     lat = session.evaluate()
+    defaults = default_function_shares(session.compiled)
     summary = {"run_id": session.run_id, "model": session.model.name, "tuned_ms": lat["median"],
                "graph": session.spec["graph"],
                "tune_s": round(session.stages.get("tune", 0.0), 1), "tasks": len(tunable),
                **counts, "torch_ms": None, "untuned_ms": None,
-               "stages": {k: round(v, 2) for k, v in session.stages.items()}}
+               "stages": {k: round(v, 2) for k, v in session.stages.items()},
+               "default_functions": defaults}
     if compare:
         summary.update(_compare(session))
     session.results.update({k: summary[k] for k in ("tuned_ms", "torch_ms", "onnxruntime_ms",
@@ -114,9 +135,22 @@ def tune_model(
         if v is not None:
             table.add_row(label, f"{v:.2f} ms", f"{v / summary['tuned_ms']:.2f}x")
     console.print(table)
+    _print_default_functions(defaults)
     console.print(f"saved to {session.run_dir}; stages (s): {summary['stages']}")
     if as_json:
         sys.stdout.write(json.dumps(summary) + "\n")
+
+
+def _print_default_functions(rows: list[dict]) -> None:
+    """Each function on TVM's default schedule with its time and share of the latency."""
+    if not rows:
+        console.print("every function has a tuned or seeded schedule (none on TVM's default)")
+        return
+    share = sum(r["share"] for r in rows)
+    console.print(f"[yellow]{len(rows)} function(s) on TVM's default schedule[/yellow] "
+                  f"({100 * share:.1f}% of the latency):", highlight=False)
+    for r in rows:
+        console.print(f"  {r['name']}: {r['ms']:.3f} ms, {100 * r['share']:.1f}%", highlight=False)
 
 
 def _model_target(text: str, settings, hardware_free: bool, verify_top: int) -> dict:
@@ -126,8 +160,63 @@ def _model_target(text: str, settings, hardware_free: bool, verify_top: int) -> 
     target = parse_target(text, settings.measure.threads)
     if target["kind"] == "cuda" and (not hardware_free or verify_top):
         raise ValueError("a CUDA target is tuned --hardware-free here (the analytical GPU model "
-                         "over nvcc's PTX), without --verify-top: this machine has no GPU")
+                         "over nvcc's PTX), without --verify-top, or built from records "
+                         "measured on the GPU (`measure export --model`, then --records): this "
+                         "machine has no GPU")
     return target
+
+
+def _from_records(session, log: Path) -> tuple[dict, dict]:
+    """Each tunable task's best error-free record in ``log`` (``{task key: config}``, what
+    ``build`` takes) and the counts: which tasks have one, which keep the default schedule."""
+    from ..records import best_record, load_records
+    from ..session import task_label
+
+    logged = load_records(log)
+    best, rows = {}, []
+    for t in session.extract():
+        record = best_record(logged, t.task) if t.tunable else None
+        if record is not None:
+            best[t.key] = record.config
+        rows.append({"task": task_label(t), "key": t.key, "calls": t.weight,
+                     "source": "records" if record else "default",
+                     "reason": "" if t.tunable else t.reason,
+                     "measured_us": record.cost * 1e6 if record else None,
+                     "device": record.device if record else None})
+    measured = [r for r in rows if r["source"] == "records"]
+    counts = {"trials": 0, "compiled": 0, "timed": 0, "records": str(log),
+              "from_records": len(measured), "fallback": len(rows) - len(measured),
+              "measured_ms": sum(r["calls"] * r["measured_us"] for r in measured) / 1e3,
+              "sources": rows}
+    session.results["tuning"] = {"mode": "records", **counts}
+    console.print(f"from {log}: {len(measured)} of {len(rows)} tasks with a measured record; "
+                  f"the others keep the default schedule", highlight=False)
+    return best, counts
+
+
+def _report_from_records(session, counts: dict, as_json: bool) -> None:
+    """What a CUDA model built from measured records leaves: the saved module, and per task
+    its measured time or that it fell back to the default schedule."""
+    table = Table(title=f"tensortune: {session.model.name} for {session.target.get('arch')} "
+                        f"(run {session.run_id}), from {counts['records']}")
+    for col in ("task", "calls", "measured us", "schedule"):
+        table.add_column(col, justify="left" if col in ("task", "schedule") else "right")
+    for r in counts["sources"]:
+        us = r["measured_us"]
+        table.add_row(r["task"][-48:], str(r["calls"]), f"{us:.1f}" if us else "-",
+                      "measured" if us else f"default {r['reason']}".strip())
+    console.print(table)
+    console.print(f"{counts['from_records']} tasks measured ({counts['measured_ms']:.3f} ms of "
+                  f"kernel time), {counts['fallback']} on the default schedule; saved to "
+                  f"{session.run_dir} (module/); not run: no {session.target['kind']} device "
+                  "here")
+    if as_json:
+        summary = {"run_id": session.run_id, "model": session.model.name,
+                   "target": session.target, "tuned_ms": None,
+                   **{k: v for k, v in counts.items() if k != "sources"},
+                   "tasks": counts["sources"], "module": str(session.run_dir / "module"),
+                   "stages": {k: round(v, 2) for k, v in session.stages.items()}}
+        sys.stdout.write(json.dumps(summary) + "\n")
 
 
 def _report_cross_compiled(session, counts: dict, as_json: bool) -> None:
@@ -240,86 +329,5 @@ def _tune_hardware_free(session, verify_top: int, effort: str = "full") -> dict:
             "predicted_ms": counts["predicted_ms"]}
 
 
-def evaluate(run: str = typer.Argument(..., help="run id (see `tensortune runs`) or directory"),
-             repeat: int = typer.Option(20), as_json: bool = typer.Option(False, "--json")):
-    """Load a saved run and time it."""
-    from ..session import Session, SessionError
-
-    try:
-        session = Session.load(run)
-    except SessionError as err:
-        console.print(f"[red]error:[/red] {err}")
-        raise typer.Exit(2)
-    lat = session.evaluate(repeat=repeat)
-    console.print(f"{session.run_id}: median {lat['median']:.2f} ms, mean {lat['mean']:.2f} ms, "
-                  f"min {lat['min']:.2f} ms, std {lat['std']:.2f} ms over {repeat} runs")
-    if as_json:
-        sys.stdout.write(json.dumps({"run_id": session.run_id, **lat}) + "\n")
-
-
-def profile(run: str = typer.Argument(..., help="run id (see `tensortune runs`) or directory"),
-            repeat: int = typer.Option(20, help="instrumented runs (medians are reported)"),
-            top: int = typer.Option(0, help="show only the N slowest functions (0: all)"),
-            as_json: bool = typer.Option(False, "--json")):
-    """Where a saved model's time goes, per fused function and between kernels.
-
-    Per function: calls, milliseconds, share, GFLOP/s and fraction of the FMA peak; then the
-    runtime's overhead between kernels."""
-    from ..peers import fma_peak_gflops
-    from ..session import Session, SessionError
-
-    try:
-        session = Session.load(run)
-    except SessionError as err:
-        console.print(f"[red]error:[/red] {err}")
-        raise typer.Exit(2)
-    try:
-        peak = fma_peak_gflops(session.settings.measure.threads)
-    except Exception as err:  # no C compiler or OpenMP here: the peak column stays empty
-        console.print(f"[yellow]warning:[/yellow] no FMA peak ({err})")
-        peak = None
-    report = session.profile(repeat=repeat, peak_gflops=peak).to_json()
-    table = Table(title=f"{session.run_id}: {report['latency_ms']:.3f} ms, "
-                        f"{report['gflops']:.1f} GFLOP/s")
-    for col in ("function", "calls", "ms", "share", "GFLOP/s", "of peak", "tuned"):
-        table.add_column(col, justify="left" if col == "function" else "right")
-    functions = report["functions"][:top] if top else report["functions"]
-    for f in functions:
-        table.add_row(f["name"], str(f["calls"]), f"{f['ms']:.3f}", f"{100 * f['share']:.1f}%",
-                      f"{f['gflops']:.1f}",
-                      "-" if f["of_peak"] is None else f"{100 * f['of_peak']:.0f}%",
-                      "yes" if f["tuned"] else "no")
-    overhead = report["overhead_ms"]
-    table.add_row("(runtime between kernels)", "", f"{overhead:.3f}",
-                  f"{100 * overhead / report['latency_ms']:.1f}%", "", "", "")
-    console.print(table)
-    console.print(f"kernels {report['kernels_ms']:.3f} ms, VM builtins {report['builtins_ms']:.3f} "
-                  f"ms" + (f", FMA peak {peak:.0f} GFLOP/s" if peak else ""))
-    if as_json:
-        sys.stdout.write(json.dumps({"run_id": session.run_id, **report}) + "\n")
-
-
-def runs(as_json: bool = typer.Option(False, "--json")):
-    """List the runs under the home directory, newest first."""
-    from ..session import list_runs
-
-    rows = list_runs()
-    table = Table(title="tensortune runs")
-    for col in ("run id", "model", "trials", "tune s", "tuned ms", "torch ms"):
-        table.add_column(col)
-    for r in rows:
-        res = r.get("results", {})
-        fmt = lambda v: f"{v:.2f}" if isinstance(v, (int, float)) else "-"  # noqa: E731
-        table.add_row(r["run_id"], r["spec"].get("name", "?"), str(r.get("trials", 0)),
-                      fmt(r.get("stages", {}).get("tune")), fmt(res.get("tuned_ms")),
-                      fmt(res.get("torch_ms")))
-    console.print(table)
-    if as_json:
-        sys.stdout.write(json.dumps(rows) + "\n")
-
-
 def register(app: typer.Typer) -> None:
     app.command("tune-model")(tune_model)
-    app.command("evaluate")(evaluate)
-    app.command("profile")(profile)
-    app.command("runs")(runs)

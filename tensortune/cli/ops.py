@@ -142,7 +142,9 @@ def tune_op(
     except ValueError as err:
         console.print(f"[red]error:[/red] {err}")
         raise typer.Exit(2)
-    task = Task(workload, target, "cuda.generic" if target["kind"] == "cuda" else "cpu.generic")
+    from ..space import template_for
+
+    task = Task(workload, target, template_for(target, workload.prim_func()))
     log = log or settings.home / "logs" / f"{workload.key}.jsonl"
     console.print(f"tuning {workload.describe()} on {target.get('mcpu') or target['arch']} "
                   f"({trials} trials, tuner {tuner}); records: {log}")

@@ -6,7 +6,12 @@ Relax importer keeps such a chain as tensor arithmetic, so the ``Reshape`` gets 
 cannot see and the convolution after it fails to legalize ("emit_te now only supports Tensor
 that has ShapeExpr shape"). With static input shapes every value in the chain is known:
 this evaluates the chain with ONNX's reference evaluator and puts constants in its place.
-Only small integer tensors computed from shapes and constants are folded, never weights.
+Only small tensors computed from shapes and constants are folded, and the fills of
+``ConstantOfShape`` (old exporters made zero or one weights and batch-norm statistics that way):
+as constants they are weights the importer binds, which batch-norm folding and the weight
+layouts need.
+
+``upgrade_old_nodes`` then rewrites the opset-9 forms that TVM's converter reads wrongly.
 """
 from __future__ import annotations
 
@@ -17,6 +22,7 @@ FOLDABLE = frozenset({"Shape", "Gather", "Div", "Mul", "Add", "Sub", "Concat", "
                       "Squeeze", "Slice", "Cast", "Floor", "Ceil", "Range", "Equal", "Where",
                       "ConstantOfShape", "Reshape", "Size", "Identity", "Max", "Min"})
 MAX_ELEMENTS = 64  # a shape, not a tensor of data
+MAX_FILL = 1 << 24  # a ConstantOfShape folded up to 64 MB of float32
 
 
 def fold_shape_arithmetic(model, input_shapes: dict[str, list[int]]):
@@ -63,11 +69,14 @@ def fold_shape_arithmetic(model, input_shapes: dict[str, list[int]]):
             value = np.array(shapes[node.input[0]], dtype=np.int64)
         elif node.op_type in FOLDABLE and node.op_type != "Shape" and node.input and \
                 len(node.output) == 1 and all(i in known for i in node.input if i):
-            value = _evaluate(node, known, helper, ReferenceEvaluator, model.opset_import)
-        if value is None or value.size > MAX_ELEMENTS:
+            if node.op_type != "ConstantOfShape" or np.prod(known[node.input[0]]) <= MAX_FILL:
+                value = _evaluate(node, known, helper, ReferenceEvaluator, model.opset_import)
+        fill = node.op_type == "ConstantOfShape" and value is not None
+        if value is None or (value.size > MAX_ELEMENTS and not fill):
             kept.append(node)
             continue
-        known[node.output[0]] = value
+        if value.size <= MAX_ELEMENTS:  # a weight-sized fill is a constant, not shape data
+            known[node.output[0]] = value
         kept.append(helper.make_node("Constant", [], [node.output[0]],
                                      value=numpy_helper.from_array(value, node.output[0])))
         changed = True
@@ -94,3 +103,96 @@ def _evaluate(node, known, helper, ReferenceEvaluator, opsets):
         return np.asarray(numpy_helper.to_array(numpy_helper.from_array(np.asarray(result))))
     except Exception:  # leave it to the importer
         return None
+
+
+def upgrade_old_nodes(model):
+    """``(model, names)``: ``model`` (a copy when anything changes) with the old operator forms
+    that TVM 0.27's converter misreads rewritten, each to what it computes at inference, and
+    the names of the nodes rewritten:
+
+    - ``Dropout`` whose mask nothing reads (and not in training mode): an ``Identity``; as a
+      Relax ``dropout`` its (output, mask) tuple breaks the NHWC layout conversion;
+    - ``Split`` into a single output: an ``Identity`` (Relax's then returns no tuple, which the
+      layout conversion expects);
+    - ``Slice`` before opset 10 (starts, ends, axes as attributes): the converter reads them as
+      inputs, so they become constant inputs;
+    - ``Upsample`` (scales an attribute or a constant input): the converter reads only the
+      attribute and rounds nearest neighbours where Upsample floors, so it becomes the
+      ``Resize`` that computes the same (asymmetric coordinates, floor).
+
+    Some are later forms under the model's old opset, which the converter's ``check_model``
+    reports: ``onnx_import`` silences that for these nodes.
+    """
+    import onnx
+    from onnx import helper, numpy_helper
+
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    consts = {t.name: t for t in model.graph.initializer}
+    for node in model.graph.node:
+        if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
+            consts[node.output[0]] = node.attribute[0].t
+    read = {i for n in model.graph.node for i in n.input} | {o.name for o in model.graph.output}
+    nodes, names = [], []
+    for node in model.graph.node:
+        new, label = None, node.name or f"{node.output[0]}__tensortune"  # old nodes: unnamed
+        if node.domain not in ("", "ai.onnx"):
+            pass
+        elif node.op_type == "Dropout" and not (len(node.output) > 1 and node.output[1] in read) \
+                and _inference(node, consts, numpy_helper):
+            new = [helper.make_node("Identity", node.input[:1], node.output[:1], name=label)]
+        elif node.op_type == "Split" and len(node.output) == 1:
+            new = [helper.make_node("Identity", node.input[:1], node.output, name=label)]
+        elif node.op_type == "Slice" and opset < 10 and _attr(node, "starts") is not None:
+            starts, ends = _attr(node, "starts"), _attr(node, "ends")
+            axes = _attr(node, "axes") or list(range(len(starts)))
+            new, inputs = [], [node.input[0]]
+            for what, values in (("starts", starts), ("ends", ends), ("axes", axes)):
+                name = f"{node.output[0]}__tensortune_{what}"
+                new.append(helper.make_node("Constant", [], [name], value=numpy_helper.from_array(
+                    np.asarray(values, np.int64), name)))
+                inputs.append(name)
+            new.append(helper.make_node("Slice", inputs, node.output, name=label))
+        elif node.op_type == "Upsample" and _scales(node, consts, numpy_helper) is not None:
+            name = f"{node.output[0]}__tensortune_scales"
+            scales = np.asarray(_scales(node, consts, numpy_helper), np.float32)
+            mode = _attr(node, "mode") or b"nearest"
+            new = [helper.make_node("Constant", [], [name],
+                                    value=numpy_helper.from_array(scales, name)),
+                   helper.make_node("Resize", [node.input[0], "", name], node.output,
+                                    name=label, mode=mode, nearest_mode="floor",
+                                    coordinate_transformation_mode="asymmetric")]
+        if new is None:
+            nodes.append(node)
+        else:
+            nodes.extend(new)
+            names.append(label)
+    if not names:
+        return model, names
+    upgraded = onnx.ModelProto()
+    upgraded.CopyFrom(model)
+    del upgraded.graph.node[:]
+    upgraded.graph.node.extend(nodes)
+    return upgraded, names
+
+
+def _scales(upsample, consts, numpy_helper):
+    """An ``Upsample``'s scales: its attribute (opset 7) or its constant input (opset 9)."""
+    if len(upsample.input) == 2:
+        known = consts.get(upsample.input[1])
+        return None if known is None else numpy_helper.to_array(known).tolist()
+    return _attr(upsample, "scales")
+
+
+def _attr(node, name):
+    from onnx import helper
+
+    return next((helper.get_attribute_value(a) for a in node.attribute if a.name == name), None)
+
+
+def _inference(dropout, consts, numpy_helper) -> bool:
+    """Whether a ``Dropout`` passes its input through: no ``training_mode`` input (opset 12),
+    or a constant false one."""
+    if len(dropout.input) < 3 or not dropout.input[2]:
+        return True
+    mode = consts.get(dropout.input[2])
+    return mode is not None and not bool(numpy_helper.to_array(mode))

@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import os
+import re
+import warnings
 
 from .model import Model, ModelImportError, UnsupportedOperatorError
-from .onnx_fold import fold_shape_arithmetic
+from .onnx_fold import fold_shape_arithmetic, upgrade_old_nodes
 
 # the converter keys operators by op_type alone; a node of another domain would be converted
 # as the standard operator of the same name, so only these domains are trusted
@@ -38,7 +40,14 @@ def from_onnx(path_or_model, input_shapes: dict[str, tuple[int, ...]] | None = N
     shape_dict, dtype_dict = _signature(model, dict(input_shapes or {}))
     model = fold_shape_arithmetic(model, shape_dict)
     try:
-        mod = relax_from_onnx(model, shape_dict=shape_dict, dtype_dict=dtype_dict)
+        model, upgraded = upgrade_old_nodes(model)
+    except Exception:  # a node this cannot read: the converter gets it as it was
+        upgraded = []
+    try:
+        with warnings.catch_warnings():
+            for node in upgraded:  # a later form under the old opset, as the converter wants
+                warnings.filterwarnings("ignore", message=rf"(?s).*Name: {re.escape(node)} ")
+            mod = relax_from_onnx(model, shape_dict=shape_dict, dtype_dict=dtype_dict)
     except Exception as err:  # the converter's own check and converters refusing attributes
         message = str(err)
         marker = "not supported for frontend ONNX:"
@@ -48,7 +57,91 @@ def from_onnx(path_or_model, input_shapes: dict[str, tuple[int, ...]] | None = N
         first = next((ln.strip() for ln in message.splitlines() if ln.strip()), "")
         raise ModelImportError(f"onnx frontend failed: {type(err).__name__}: "
                                f"{first[:300]}") from err
+    try:
+        mod = pairwise_variadic_ops(mod)
+    except Exception:  # the stacked form computes the same (the NHWC conversion hides it)
+        pass
     return Model.from_ir(mod, "onnx", name or model.graph.name or "onnx_model")
+
+
+# ONNX's variadic elementwise operators as the converter writes them (a reduction over a stack
+# of the inputs broadcast to one shape), and the binary operator that computes them pairwise
+_VARIADIC = {"relax.sum": "add", "relax.mean": "add", "relax.max": "maximum",
+             "relax.min": "minimum"}
+
+
+def pairwise_variadic_ops(mod):
+    """``mod`` with each ``Sum``/``Mean``/``Max``/``Min`` of the converter (``reduce(stack(
+    broadcast_to(x_i)), axis=0)``) computed pairwise, ``add(x_1, x_2)`` and so on.
+
+    The stacked form copies every input into a new tensor and reduces it in a kernel of its
+    own, where a binary operator fuses into the convolution before it (old ResNets write
+    their residual additions as ``Sum``); and TVM's layout rule for ``stack`` names the new
+    axis "S", which no later operator can read, so the NHWC conversion had to leave it out.
+    """
+    from tvm import relax
+
+    @relax.expr_functor.mutator
+    class Pairwise(relax.PyExprMutator):
+        def visit_call_(self, call):
+            call = super().visit_call_(call)
+            binary = _VARIADIC.get(getattr(call.op, "name", ""))
+            inputs = self._stacked(call) if binary else None
+            if inputs is None:
+                return call
+            rewritten.append(call)
+            out = inputs[0]
+            for x in inputs[1:]:
+                out = self.builder_.emit(getattr(relax.op, binary)(out, x))
+            if call.op.name == "relax.mean":
+                out = self.builder_.emit(relax.op.divide(
+                    out, relax.const(len(inputs), str(call.ty.dtype))))
+            if _static(out) != _static(call):
+                out = relax.op.broadcast_to(out, call.ty.shape)  # one input, broadcast
+            return out
+
+        def _stacked(self, call):
+            """The inputs ``x_i`` when ``call`` reduces axis 0 of ``stack(broadcast_to(x_i,
+            s), axis=0)`` of static shape, else None."""
+            attrs = call.attrs
+            if attrs.keepdims or attrs.axis is None or [int(a) for a in attrs.axis] != [0]:
+                return None
+            stack = self._bound(call.args[0], "relax.stack")
+            if stack is None or int(stack.attrs.axis) != 0:
+                return None
+            fields = stack.args[0]
+            if isinstance(fields, relax.Var):
+                fields = self.lookup_binding(fields)
+            if not isinstance(fields, relax.Tuple):
+                return None
+            inputs = []
+            for field in fields.fields:
+                cast = self._bound(field, "relax.broadcast_to")
+                inputs.append(cast.args[0] if cast is not None else field)
+            return inputs if all(_static(x) is not None for x in inputs + [call]) else None
+
+        def _bound(self, var, op_name):
+            value = self.lookup_binding(var) if isinstance(var, relax.Var) else None
+            if isinstance(value, relax.Call) and getattr(value.op, "name", "") == op_name:
+                return value
+            return None
+
+    def _static(expr):
+        """The shape of ``expr`` as ints, or None (unknown rank, symbolic dimension)."""
+        shape = getattr(expr.ty, "shape", None)
+        values = getattr(shape, "values", None)
+        if values is None or not all(hasattr(d, "value") for d in values):
+            return None
+        return [int(d.value) for d in values]
+
+    rewritten: list = []
+    rewriter = Pairwise(mod)
+    for gv, func in list(mod.functions.items()):
+        if isinstance(func, relax.Function):
+            rewriter.builder_.update_func(gv, rewriter.visit_expr(func))
+    if not rewritten:  # the module as the converter wrote it, so its tasks stay the same
+        return mod
+    return relax.transform.DeadCodeElimination()(rewriter.builder_.get())
 
 
 def unsupported_ops(model) -> list[str]:

@@ -4,20 +4,26 @@ from __future__ import annotations
 from .config import Config
 from .analysis import TemplateMismatch
 from .cpu_template import generic_cpu
+from .cuda_gemm import cuda_gemm, is_gemm
+from .cuda_gemm_seeds import gemm_seeds
 from .cuda_template import cuda_generic
 from .knobs import ChoiceKnob, SplitKnob
 from .seeds import cpu_seeds
 from .space import ConfigSpace, InvalidConfigError
 from .template import ConfigSource, SpaceBuilder, apply_template, define_space
 
-TEMPLATES = {"cpu.generic": generic_cpu, "cuda.generic": cuda_generic}
+TEMPLATES = {"cpu.generic": generic_cpu, "cuda.generic": cuda_generic, "cuda.gemm": cuda_gemm}
 # templates that know good starting points: ``(space, prim_func, lanes, threads) -> configs``
-SEEDS = {"cpu.generic": cpu_seeds}
+SEEDS = {"cpu.generic": cpu_seeds, "cuda.gemm": gemm_seeds}
 
 
-def template_for(target: dict) -> str:
-    """The built-in template for a target: ``cuda.generic`` for CUDA, ``cpu.generic`` else."""
-    return "cuda.generic" if target.get("kind") == "cuda" else "cpu.generic"
+def template_for(target: dict, prim_func=None) -> str:
+    """The built-in template for a target: ``cpu.generic`` for CPUs; for CUDA ``cuda.gemm``
+    when ``prim_func`` (the function to tune, if given) is a matrix product, else
+    ``cuda.generic``."""
+    if target.get("kind") != "cuda":
+        return "cpu.generic"
+    return "cuda.gemm" if prim_func is not None and is_gemm(prim_func) else "cuda.generic"
 
 
 def _template(name: str):
@@ -60,4 +66,4 @@ def apply_config(task, config: Config, space: ConfigSpace | None = None):
 
 __all__ = ["Config", "ConfigSpace", "SplitKnob", "ChoiceKnob", "InvalidConfigError",
            "TemplateMismatch", "SpaceBuilder", "ConfigSource", "TEMPLATES", "task_space",
-           "apply_config", "generic_cpu", "task_seeds", "SEEDS", "template_for"]
+           "apply_config", "generic_cpu", "task_seeds", "SEEDS", "template_for", "is_gemm"]

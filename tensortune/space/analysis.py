@@ -10,6 +10,13 @@ class TemplateMismatch(InvalidConfigError):
     """The function has no block that this template can schedule."""
 
 
+# a ragged axis (ViT's 197 tokens: prime) is padded to a multiple of 8 rows or 16 columns
+# (a whole AVX-512 vector, two AVX2 ones) when no register tile divides it: (multiple, the
+# largest tile looked for, the least that still pays) for the output's innermost axis, then
+# the one before it
+RAGGED = ((16, 32, 8), (8, 16, 4))
+
+
 @dataclass(frozen=True)
 class MainBlockInfo:
     name: str
@@ -24,16 +31,93 @@ class MainBlockInfo:
 
 def is_tiled(sch) -> bool:
     """Whether ``cpu_template``'s tiling applies: exactly one reduction block, writing one
-    buffer, whose consumers form a single chain (a convolution, a matmul, pooling). The rest
-    (elementwise copies, softmax, layer norm) is ``cpu_rowwise``'s."""
+    buffer, whose consumers form a single chain (a convolution, a matmul, pooling), or do once
+    the elementwise blocks between are inlined (``inline_epilogue``: SiLU's ``x * sigmoid(x)``,
+    GELU), and none of them is larger than the reduction (a broadcast after it, such as
+    squeeze-and-excitation's scale or an RMS norm, is row-wise work). The rest (elementwise
+    copies, softmax, layer norm) is ``cpu_rowwise``'s."""
     blocks = list(sch.get_child_blocks(sch.get_sblock("root")))
     reductions = [b for b in blocks if any(int(iv.iter_type) == 2 for iv in sch.get(b).iter_vars)]
     if len(reductions) != 1 or len(sch.get(reductions[0]).writes) != 1:
         return False
-    consumers = list(sch.get_consumers(reductions[0]))
+    main = reductions[0]
+    size = _spatial_size(sch.get(main))
+    if any(_spatial_size(sch.get(b)) > size for b in _downstream(sch, main)):
+        return False
+    if _is_chain(sch, main):
+        return True
+    trial = sch.copy()
+    inline_epilogue(trial, trial.get_sblock(sch.get(main).name_hint))
+    return _is_chain(trial, trial.get_sblock(sch.get(main).name_hint))
+
+
+def inline_epilogue(sch, main) -> None:
+    """Inline the elementwise blocks after ``main`` that feed more than one later block, until
+    its consumers form a chain (or TVM refuses one)."""
+    while not _is_chain(sch, main):
+        inner = [b for b in _downstream(sch, main) if list(sch.get_consumers(b))]
+        for block in inner:
+            try:
+                sch.compute_inline(block)
+                break
+            except Exception:  # TVM's ScheduleError: not elementwise, try the next
+                continue
+        else:
+            return
+
+
+def pad_ragged(sch) -> list:
+    """Pad the main block's two innermost spatial axes where ``RAGGED`` says so, with TVM's
+    ``pad_einsum`` (the output computed into a padded buffer, then copied out; inputs copied
+    into zero-padded buffers); returns those input copies' blocks. A matmul of 197 rows got
+    one-row register tiles at 2-3 GFLOP/s; 200 rows take ten. Nothing is padded where no
+    axis is ragged or TVM refuses (a convolution's windowed reads), so other functions keep
+    their spaces and records."""
+    info = analyze(sch)
+    spatial = [e for _, e in info.spatial]
+    movable = [i for i, e in enumerate(spatial) if e > 1]
+    factors = [1] * (len(spatial) + len(info.reduce))
+    for i, (multiple, most, least) in zip(movable[::-1], RAGGED):
+        if spatial[i] > most and max(d for d in range(1, most + 1) if spatial[i] % d == 0) < least:
+            factors[i] = multiple
+    if all(f == 1 for f in factors):
+        return []
+    main = sch.get_sblock(info.name)
+    before = {sch.get(b).name_hint for b in sch.get_producers(main)}
+    try:
+        sch.pad_einsum(main, factors)
+    except Exception:  # TVM's ScheduleError: not an einsum
+        return []
+    main = sch.get_sblock(info.name)
+    return [b for b in sch.get_producers(main) if sch.get(b).name_hint not in before]
+
+
+def _is_chain(sch, main) -> bool:
+    consumers = list(sch.get_consumers(main))
     while len(consumers) == 1:
         consumers = list(sch.get_consumers(consumers[0]))
     return not consumers
+
+
+def _downstream(sch, main) -> list:
+    """Every block that reads what ``main`` writes, directly or through others."""
+    seen, out, todo = set(), [], list(sch.get_consumers(main))
+    while todo:
+        block = todo.pop()
+        name = sch.get(block).name_hint
+        if name not in seen:
+            seen.add(name)
+            out.append(block)
+            todo.extend(sch.get_consumers(block))
+    return out
+
+
+def _spatial_size(block) -> int:
+    size = 1
+    for iv in block.iter_vars:
+        if int(iv.iter_type) == 0:
+            size *= int(iv.dom.extent)
+    return size
 
 
 def analyze(sch) -> MainBlockInfo:

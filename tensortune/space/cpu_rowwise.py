@@ -1,30 +1,39 @@
 """The CPU template for functions that are not one tiled reduction: elementwise and layout
-copies (no reduction), and row-wise reductions such as softmax and layer norm (several
-reduction blocks over the same leading axes).
+copies (no reduction), row-wise reductions such as softmax, layer norm and RMS norm (several
+reduction blocks over the same leading axes), and anything else (several outputs, a split, a
+resize, a broadcast after a reduction).
 
-The schedule, after TVM's dlight CPU reduction rule: elementwise producers are inlined (knob
-``inline``), the output block's leading spatial loops are fused into one parallel loop (knob
-``rows``: how many), every other block is computed under that loop, so a row's statistics and
-its normalization stay in cache, and the innermost loop of each block is split by ``vector``
-lanes and vectorized (reductions are split the same way and unrolled), with an unroll pragma
-(knob ``unroll``).
+Two shapes of schedule (knob ``rows``), after TVM's dlight CPU reduction rule:
+
+- rows ``r >= 1``: the output block's first ``r`` loops are fused into one parallel loop, and
+  every block that shares those axes with it (same extents, and all its consumers share them
+  too) is computed under it, so a row's statistics and its normalization stay in cache. The
+  rest stays at the root, each on its own as below: a padded copy that every row reads, or an
+  RMS norm's ``keepdims`` sum under a fused normalized axis (it would be redone per element);
+- rows ``0``: every block on its own (``cpu_fallback``'s rule): its leading loops parallel. The
+  only shape for functions with several outputs.
+
+In both, elementwise producers are inlined (knob ``inline``), each block's innermost loop is
+split by ``vector`` lanes and vectorized, a reduction over the innermost axis is split into
+``vector`` partial results (knob ``reduce``: ``rfactor``) or only unrolled, and the parallel
+loop gets an unroll pragma (knob ``unroll``). Knob ``parallel`` may keep a small function on
+one core (the seeds do below ``cpu_fallback.PARALLEL_WORK`` iterations).
 """
 from __future__ import annotations
 
 from .analysis import TemplateMismatch
-from .space import InvalidConfigError
+from .config import Config
+from .cpu_fallback import (PARALLEL_WORK, block_kinds, decompose, fallback_blocks,
+                           inline_elementwise, leading_spatial, reduction_style, split_reduction,
+                           vectorize_inner, vectorize_outputs, vectorize_partial, work)
+from .space import ConfigSpace, InvalidConfigError
 
 VECTORS = (8, 16, 32, 0)  # inner split factor (0: leave the innermost loop scalar)
 UNROLL_STEPS = (16, 0, 64)
+REDUCTIONS = ("rfactor", "unroll")
+APART = 0  # ``rows`` value: every block scheduled on its own
 
-
-def block_kinds(sch, block) -> str:
-    """One letter per iterator of ``block``: S spatial, R reduction, O anything else."""
-    return "".join({0: "S", 2: "R"}.get(int(iv.iter_type), "O") for iv in sch.get(block).iter_vars)
-
-
-def leading_spatial(kinds: str) -> int:
-    return len(kinds) - len(kinds.lstrip("S"))
+__all__ = ["rowwise_cpu", "rowwise_seeds", "block_kinds", "leading_spatial", "row_blocks"]
 
 
 def rowwise_cpu(cfg, sch):
@@ -34,70 +43,147 @@ def rowwise_cpu(cfg, sch):
     if not blocks:
         raise TemplateMismatch("the function has no blocks")
     kinds = [block_kinds(sch, b) for b in blocks]
-    if any("O" in k for k in kinds):
-        raise TemplateMismatch("a block has an iterator that is neither spatial nor reduction")
-    out_kind = kinds[-1]
-    lead = min([leading_spatial(k) for k in kinds])
-    lead = min(lead, len(out_kind))
-    if lead < 1:
-        raise TemplateMismatch("the output block has no leading spatial axis to parallelize")
+    lead = output_rows(sch, blocks, kinds)
+    rows_options = tuple(range(lead, 0, -1))
+    if len(blocks) > 1 or not lead:
+        # first, so that defining the space runs the rule that applies to any function
+        rows_options = (APART,) + rows_options
     inline = cfg.choice("inline", (True, False)) if len(blocks) > 1 else False
-    rows = cfg.choice("rows", tuple(range(lead, 0, -1)))
+    rows = cfg.choice("rows", rows_options)
     vector = cfg.choice("vector", VECTORS)
+    reduce = cfg.choice("reduce", REDUCTIONS) if any("R" in k for k in kinds) else "unroll"
+    parallel = cfg.choice("parallel", (True, False))
     unroll = cfg.choice("unroll", UNROLL_STEPS)
 
     if inline:
         for block in blocks[:-1]:
-            _try_inline(sch, block)
+            inline_elementwise(sch, block)
     blocks = list(sch.get_child_blocks(root))
-    last = blocks[-1]
-    loops = sch.get_loops(last)
+    if rows == APART:
+        fallback_blocks(sch, blocks, vector, unroll, reduce, parallel)
+        return sch
+    loops = sch.get_loops(blocks[-1])
     if rows > len(loops):
         raise InvalidConfigError(f"rows {rows} exceeds the output's {len(loops)} loops")
+    inside = row_blocks(sch, blocks, rows)
+    # rfactor wants its block first under its loops: split the reductions while at the root
+    for block in blocks[:-1]:
+        if (reduce == "rfactor" and sch.get(block).name_hint in inside
+                and reduction_style(sch, block) == "rfactor"):
+            partial = split_reduction(sch, block, vector)
+            if partial is not None:
+                inside[sch.get(partial).name_hint] = "partial"
+    blocks = list(sch.get_child_blocks(root))
+    loops = sch.get_loops(blocks[-1])
     outer = sch.fuse(*loops[:rows]) if rows > 1 else loops[0]
-    sch.parallel(outer)
+    if parallel:
+        sch.parallel(outer)
     if unroll:
         sch.annotate(outer, "pragma_auto_unroll_max_step", unroll)
         sch.annotate(outer, "pragma_unroll_explicit", 1)
+    apart = [b for b in blocks[:-1] if sch.get(b).name_hint not in inside]
     for block in reversed(blocks[:-1]):
-        sch.compute_at(block, outer, preserve_unit_loops=True)
+        if sch.get(block).name_hint in inside:
+            sch.compute_at(block, outer, preserve_unit_loops=True)
     for block in blocks:
-        _vectorize_inner(sch, block, vector, outer)
+        last = sch.get(block).same_as(sch.get(blocks[-1]))
+        role = inside.get(sch.get(block).name_hint, "output" if last else None)
+        if role == "partial":
+            vectorize_partial(sch, block)
+        elif role is None:
+            continue
+        elif "R" in block_kinds(sch, block) and reduction_style(sch, block) == "spatial":
+            decompose(sch, block, vectorize_outputs(sch, block, vector))
+        else:
+            vectorize_inner(sch, block, vector, outer)
+    fallback_blocks(sch, apart, vector, unroll, reduce, parallel)
     return sch
 
 
-def _try_inline(sch, block) -> None:
-    """Inline an elementwise producer into its consumers, if TVM can (it refuses reductions,
-    outputs and producers read with a different index pattern)."""
-    if "R" in block_kinds(sch, block):
-        return
-    try:
-        sch.compute_inline(block)
-    except Exception:  # TVM's ScheduleError: this block stays a block of its own
-        pass
+def output_rows(sch, blocks, kinds) -> int:
+    """How many leading loops of the output block ``rows`` can fuse (its leading spatial
+    axes); 0 where the function has no single last output block."""
+    outputs = sch.get_output_blocks(sch.get_sblock("root"))
+    if len(outputs) != 1 or not sch.get(outputs[0]).same_as(sch.get(blocks[-1])):
+        return 0
+    return min(leading_spatial(kinds[-1]), len(sch.get_loops(blocks[-1])))
 
 
-def _vectorize_inner(sch, block, vector: int, outer) -> None:
-    """Split the block's innermost loop by ``vector`` and vectorize it (spatial) or unroll it
-    (reduction); loops of one iteration and the parallel loop itself are left alone."""
-    if not vector:
-        return
-    loops = sch.get_loops(block)
-    if not loops:
-        return
-    inner = loops[-1]
-    if sch.get(inner).same_as(sch.get(outer)):
-        return
-    extent = int(sch.get(inner).extent)
-    if extent < 2:
-        return
-    # reduction blocks keep their reduction iterators innermost (TOPI's softmax, layer norm)
-    reduce = block_kinds(sch, block)[-1] == "R"
-    if extent > vector:
-        if extent % vector:
-            return  # a tail would leave a predicate in the vector loop: keep it scalar
-        _, inner = sch.split(inner, [None, vector])
-    if reduce:
-        sch.annotate(inner, "pragma_auto_unroll_max_step", vector)
-    else:
-        sch.vectorize(inner)
+def row_blocks(sch, blocks, rows: int) -> dict:
+    """``{name: "row"}`` of the blocks (the output aside) that share the output's first
+    ``rows`` axes (spatial, same extents) and whose consumers all do: those computed under
+    the row loop."""
+    out = [int(iv.dom.extent) for iv in sch.get(blocks[-1]).iter_vars][:rows]
+    inside: dict = {}
+    names = {sch.get(blocks[-1]).name_hint}
+    for block in reversed(blocks[:-1]):
+        ivs = list(sch.get(block).iter_vars)[:rows]
+        shares = (len(ivs) == rows and all(int(iv.iter_type) == 0 for iv in ivs)
+                  and [int(iv.dom.extent) for iv in ivs] == out)
+        consumers = [sch.get(c).name_hint for c in sch.get_consumers(block)]
+        if shares and all(c in names for c in consumers):
+            inside[sch.get(block).name_hint] = "row"
+            names.add(sch.get(block).name_hint)
+    return inside
+
+
+def rowwise_seeds(space: ConfigSpace, prim_func, lanes: int = 16, threads: int = 2,
+                  limit: int = 12) -> list[Config]:
+    """Configs to try first: producers inlined; leading rows that give every core several and
+    keep the most blocks under them, or every block apart where no row is shared or a
+    reduction cannot be vectorized; one vector per step,
+    reductions split into lanes; then variants (two vectors, reductions only unrolled, all
+    rows fused, the other shape). One core below ``PARALLEL_WORK`` iterations."""
+    from tvm.s_tir import Schedule
+
+    knobs = {k.name: k for k in space.knobs}
+    options = knobs["rows"].options
+    sch = Schedule(prim_func)
+    blocks = list(sch.get_child_blocks(sch.get_sblock("root")))
+    out = [int(iv.dom.extent) for iv in sch.get(blocks[-1]).iter_vars]
+    row_options = sorted(r for r in options if r != APART)
+
+    def row_count(r):
+        size = 1
+        for e in out[:r]:
+            size *= e
+        return size
+
+    # enough rows for every core (the innermost loop left for the vector), then as many
+    # blocks under them as can share them (the Winograd input transform: its row stage under
+    # the first axis, 1.7x faster on one core than every block apart), then more rows
+    fits = [r for r in row_options if row_count(r) >= 2 * threads and r < len(out)]
+    best = max(fits, key=lambda r: (len(row_blocks(sch, blocks, r)), r), default=APART)
+    # a reduction no vector divides (a softmax over 197 tokens) stays scalar: inlining its
+    # producers (the exponential) would compute them twice, once scalar; every block apart
+    # was then fastest (6x197x197 softmax, one core: 0.9 ms, the rows 1.5 ms, inlined 2.5 ms)
+    ragged = any(_ragged(sch, b, lanes) for b in blocks)
+    shapes = [best] if best != APART and not ragged else []
+    shapes += [APART] if APART in options else []
+    shapes += [r for r in (best, row_options[-1] if row_options else None)
+               if r is not None and r not in shapes]
+    variants = [(lanes, "rfactor"), (2 * lanes, "rfactor"), (lanes, "unroll")]
+    parallel = work(sch) >= PARALLEL_WORK
+    found: dict[Config, None] = {}
+    for rows in shapes:
+        for vector, reduce in variants:
+            values = {"rows": rows, "vector": vector, "unroll": 16}
+            if "inline" in knobs:
+                values["inline"] = not ragged
+            if "reduce" in knobs:
+                values["reduce"] = reduce
+            values["parallel"] = parallel
+            config = Config(values)
+            if config in space:
+                found[config] = None
+    return list(found)[:limit]
+
+
+def _ragged(sch, block, lanes: int) -> bool:
+    """Whether ``block`` reduces over an innermost axis longer than a vector that no whole
+    vector divides (``rfactor`` then leaves it scalar)."""
+    ivs = sch.get(block).iter_vars
+    if not len(ivs) or int(ivs[-1].iter_type) != 2:
+        return False
+    n = int(ivs[-1].dom.extent)
+    return n > lanes and n % lanes != 0

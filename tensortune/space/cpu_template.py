@@ -10,7 +10,8 @@ operands (copied per tile, the vectorized dimension moved innermost), and an unr
 """
 from __future__ import annotations
 
-from .analysis import TemplateMismatch, analyze, is_tiled, short_name
+from .analysis import (TemplateMismatch, analyze, inline_epilogue, is_tiled, pad_ragged,
+                       short_name)
 from .cpu_expand_depthwise import expand_depthwise_cpu, is_expand_depthwise
 from .cpu_rowwise import rowwise_cpu
 from .loops import extent, vectorize_vectors
@@ -35,8 +36,13 @@ def generic_cpu(cfg, sch):
     if not is_tiled(sch):
         return rowwise_cpu(cfg, sch)
     info = analyze(sch)
+    pads = pad_ragged(sch)  # 197 rows computed as 200: a register tile of rows divides them
+    if pads:
+        info = analyze(sch)
     main = sch.get_sblock(info.name)
-    producers = list(sch.get_producers(main))
+    padded = {sch.get(p).writes[0].source.name for p in pads}
+    producers = [p for p in sch.get_producers(main) if sch.get(p).writes[0].source.name
+                 not in padded] + [q for p in pads for q in sch.get_producers(p)]
     spatial_names = [n for n, _ in info.spatial]
     vec_options = [n for n, e in info.spatial if e > 1] or spatial_names[-1:]
 
@@ -46,7 +52,7 @@ def generic_cpu(cfg, sch):
     vec_axis = vec_options[[short_name(n) for n in vec_options].index(
         cfg.choice("vector_axis", tuple(short_name(n) for n in vec_options[::-1])))]
     outer = cfg.choice("outer", OUTER_MODES)
-    producer_at = cfg.choice("producer_at", ("inline", "root")) if producers else None
+    producer_at = cfg.choice("producer_at", ("inline", "root")) if producers or pads else None
     packable = [name for name, _, is_param in info.reads if is_param]
     packs = {name: cfg.choice(f"pack_{name}", PACK_LEVELS) for name in packable}
     unroll = cfg.choice("unroll", UNROLL_STEPS)
@@ -66,6 +72,16 @@ def generic_cpu(cfg, sch):
             sch.compute_inline(p)
         else:
             root_producers.append(p)
+    for p in pads:
+        # a zero-padded copy read along the vectorized axis is made up front: inlined, its
+        # condition would turn each vector load into scalar ones (4 instead of 90 GFLOP/s)
+        name = sch.get(p).writes[0].source.name
+        dims = next(d for n, d, _ in info.reads if n == name)
+        if producer_at == "inline" and not any(vec_axis in used for used in dims):
+            sch.compute_inline(p)
+        else:
+            root_producers.append(p)
+    inline_epilogue(sch, main)  # SiLU, GELU: x used twice, a chain once inlined
     consumers = list(sch.get_consumers(main))
     # fold an elementwise chain into its first member, which becomes the write-back
     while len(consumers) == 1 and len(sch.get_consumers(consumers[0])) == 1:
@@ -116,9 +132,15 @@ def generic_cpu(cfg, sch):
         vectorize_vectors(sch, s3[-1])
     if n_r:
         sch.decompose_reduction(main, r_loops[0][0])
+    # the epilogue (bias, SiLU's fast_exp, GELU's fast_erf) runs in vectors along the output's
+    # last axis, split as the register tile is (24 lanes: 3 x 8); a write-back at S0 spans
+    # more than VECTOR_MAX lanes and becomes a loop of vectors instead of scalar code
     wb_inner = sch.get_loops(write_back)[-1]
-    if 1 < extent(sch, wb_inner) <= VECTOR_MAX:
-        sch.vectorize(wb_inner)
+    wb_lanes = extent(sch, wb_inner)
+    if wb_lanes > VECTOR_MAX:
+        width = max(d for d in range(1, VECTOR_MAX + 1) if wb_lanes % d == 0)
+        wb_inner = sch.split(wb_inner, [None, width])[1]
+    vectorize_vectors(sch, wb_inner)
     for p in root_producers:
         p_loops = sch.get_loops(p)
         sch.parallel(sch.fuse(*p_loops[:2]) if len(p_loops) > 2 else p_loops[0])

@@ -14,14 +14,17 @@ leaves a core idle. These seeds encode the oneDNN / BLIS recipe for one reductio
 - pack constant weights into the tile's panel layout once (``pack_* = root``) and inline
   padding.
 
-A handful of variants (vector width, accumulator rows, reduction blocking, unroll, padding)
-make the first batch; the cost model and the search refine from there. Every seed is checked
+Rows or columns that no register tile divides (ViT's 197 tokens, a prime) are padded first, as
+the template pads them (``analysis.pad_ragged``: 200 rows, ten to a tile, not one). A handful
+of variants (vector width, accumulator rows, reduction blocking, unroll, padding) make the
+first batch; the cost model and the search refine from there. Every seed is checked
 against the space, so a shape the recipe does not fit just yields fewer seeds.
 """
 from __future__ import annotations
 
-from .analysis import analyze, is_tiled, short_name
+from .analysis import analyze, is_tiled, pad_ragged, short_name
 from .cpu_expand_depthwise import expand_depthwise_seeds, is_expand_depthwise
+from .cpu_rowwise import rowwise_seeds
 from .config import Config
 from .space import ConfigSpace
 
@@ -45,7 +48,8 @@ def cpu_seeds(space: ConfigSpace, prim_func, lanes: int = 8, threads: int = 2,
     if is_expand_depthwise(sch):
         return expand_depthwise_seeds(space, sch, lanes)[:limit]
     if not is_tiled(sch):
-        return _rowwise_seeds(space, lanes)[:limit]
+        return rowwise_seeds(space, prim_func, lanes, threads, limit)
+    pad_ragged(sch)  # the template's padded extents
     info = analyze(sch)
     knobs = {k.name: k for k in space.knobs}
     spatial = [(short_name(n), e) for n, e in info.spatial]
@@ -202,20 +206,3 @@ def _choices(knobs, info, vec, unroll, inline) -> dict:
         if is_param and f"pack_{name}" in knobs:
             values[f"pack_{name}"] = "root" if name in info.layout_free else "none"
     return values
-
-
-def _rowwise_seeds(space: ConfigSpace, lanes: int) -> list[Config]:
-    """``cpu_rowwise``: producers inlined, all leading loops parallel (or the first only, so
-    every block of a row runs under it), one to four vectors per inner step."""
-    knobs = {k.name: k for k in space.knobs}
-    rows_options = knobs["rows"].options
-    out: dict[Config, None] = {}
-    for rows in dict.fromkeys((rows_options[0], rows_options[-1])):
-        for vector in (lanes, 4 * lanes, 2 * lanes):
-            values = {"rows": rows, "vector": vector, "unroll": 16}
-            if "inline" in knobs:
-                values["inline"] = True
-            config = Config(values)
-            if config in space:
-                out[config] = None
-    return list(out)

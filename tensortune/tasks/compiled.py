@@ -17,6 +17,7 @@ from ..measure import use_threads
 
 LIBRARY = "model.so"
 METADATA = "model.json"
+WEIGHTS = "weights.npz"  # the lifted constants (``tasks.weights``), by parameter name
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,19 +51,31 @@ class CompiledModel:
     """A compiled model on the CPU: ``run`` numpy inputs, ``time`` it, ``save``/``load`` it.
 
     ``tuned`` names the fused functions that use a tuned schedule; ``functions`` describes
-    every fused function (``compile.function_table``: task, FLOPs, calls) for profiles.
+    every fused function (``compile.function_table``: task, FLOPs, calls) for profiles;
+    ``weights`` are the values ``main`` takes after the inputs (``tasks.weights``), uploaded to
+    the device once.
     """
 
     def __init__(self, library, inputs: tuple[TensorInfo, ...], outputs: tuple[TensorInfo, ...],
                  tuned: tuple[str, ...] = (), name: str = "model", target: dict | None = None,
-                 library_path: str | None = None, functions: dict | None = None):
+                 library_path: str | None = None, functions: dict | None = None,
+                 weights: tuple = ()):
         self.inputs, self.outputs = tuple(inputs), tuple(outputs)
+        self.weights = tuple(weights)
         self.tuned, self.name = tuple(tuned), name
         self.target = dict(target or {})
         self.functions = dict(functions or {})
-        self._library = library
+        self._library = library  # None until first use when loaded from library_path
         self._library_path = library_path
+        self._kernels = None  # a GPU model's compiled kernels (``cuda_kernels.precompile``)
         self._runtime = None  # (device, VM, its main, input tensors): made on first use
+
+    def default_functions(self) -> list[str]:
+        """The fused functions built with TVM's unscheduled default (``compile.function_table``:
+        no config, no seed, no fallback; views and dlight-scheduled GPU functions excluded)."""
+        from .compile import default_functions
+
+        return default_functions(self.functions)
 
     def _ready(self):
         """The VM on the target's device, made once; a module for a device this machine lacks
@@ -77,11 +90,14 @@ class CompiledModel:
                 raise RuntimeError(f"{self.name} is compiled for {kind} "
                                    f"({self.target.get('arch', '')}); this machine has no such "
                                    "device: copy the saved module to one that has")
+            if self._library is None:  # loaded lazily: a GPU library loads only beside a GPU
+                self._library = tvm.runtime.load_module(self._library_path)
             vm = relax.VirtualMachine(self._library, dev)
             # one aligned input tensor per input, refilled on every call: a fresh tensor per
             # call costs an allocation and the page faults of first touch (not thread-safe)
             inputs = [tvm.runtime.empty(t.shape, t.dtype, dev) for t in self.inputs]
-            self._runtime = (dev, vm, vm["main"], inputs)
+            weights = [tvm.runtime.tensor(w.value, dev) for w in self.weights]
+            self._runtime = (dev, vm, vm["main"], inputs, weights)
         return self._runtime
 
     @property
@@ -104,7 +120,7 @@ class CompiledModel:
                 x = x.astype(info.dtype)
             tensor.copyfrom(np.ascontiguousarray(x))
             args.append(tensor)
-        return args
+        return args + self._runtime[4]
 
     def run(self, *inputs: np.ndarray) -> list[np.ndarray]:
         """The model's outputs, flattened in order, for numpy inputs of the imported shapes."""
@@ -123,9 +139,28 @@ class CompiledModel:
                                   min_repeat_ms=min_repeat_ms)
         return TimingStats(tuple(float(c) for c in timer(*args).results))
 
+    def with_weights(self, values) -> "CompiledModel":
+        """The same library with other weights (arrays in ``weights`` order, same shapes)."""
+        from .weights import Weight
+
+        values = list(values)
+        if len(values) != len(self.weights):
+            raise ValueError(f"{self.name} takes {len(self.weights)} weights, got {len(values)}")
+        new = []
+        for w, v in zip(self.weights, values):
+            v = np.asarray(v)
+            if v.shape != w.value.shape or v.dtype != w.value.dtype:
+                raise ValueError(f"weight {w.name}: expected {w.value.dtype}{list(w.value.shape)},"
+                                 f" got {v.dtype}{list(v.shape)}")
+            new.append(Weight(w.name, v))
+        other = CompiledModel(self._library, self.inputs, self.outputs, self.tuned, self.name,
+                              self.target, self._library_path, self.functions, tuple(new))
+        other._kernels = self._kernels
+        return other
+
     def save(self, directory: str | os.PathLike) -> Path:
-        """Write ``model.so`` and ``model.json`` (signature, target, tuned functions) to
-        ``directory``; returns the directory."""
+        """Write ``model.so``, ``weights.npz`` and ``model.json`` (signature, weights, target,
+        tuned functions) to ``directory``; returns the directory."""
         import tvm
 
         out = Path(directory)
@@ -136,27 +171,81 @@ class CompiledModel:
         else:
             with _without_native_lines("Scope Saving:"):
                 self._library.export_library(str(out / LIBRARY))
+        if self.target.get("kind") == "cuda":
+            self._save_kernels(out)
+        if self.weights:
+            save_weights(out / WEIGHTS, self.weights)
         meta = {"name": self.name, "inputs": [t.to_json() for t in self.inputs],
-                "outputs": [t.to_json() for t in self.outputs], "tuned": list(self.tuned),
+                "outputs": [t.to_json() for t in self.outputs],
+                "weights": [weight_info(w) for w in self.weights], "tuned": list(self.tuned),
                 "target": self.target, "tvm": tvm.__version__, "functions": self.functions}
         (out / METADATA).write_text(json.dumps(meta, indent=1) + "\n")
         return out
 
+    def _save_kernels(self, out: Path) -> None:
+        """A GPU model's kernels, compiled once (``cuda_kernels``), beside its library."""
+        from .cuda_kernels import KERNELS, precompile, save_kernels
+
+        if self._library is None:  # a loaded model: its kernels are beside its library
+            src = Path(self._library_path).parent / KERNELS
+            if src.is_dir() and src.resolve() != (out / KERNELS).resolve():
+                shutil.copytree(src, out / KERNELS, dirs_exist_ok=True)
+            return
+        if self._kernels is None:
+            self._kernels = precompile(self._library, self.target)
+        save_kernels(out, self._kernels)
+
     @staticmethod
     def load(directory: str | os.PathLike, threads: int | None = None) -> "CompiledModel":
-        """A model saved by ``save`` (on a machine of the same CPU kind)."""
-        import tvm
-
+        """A model saved by ``save`` (on a machine of the same CPU kind); its library is
+        loaded when it first runs."""
         path = Path(directory)
         if not (path / LIBRARY).exists() or not (path / METADATA).exists():
             raise FileNotFoundError(f"{path} has no saved model ({LIBRARY} and {METADATA})")
         use_threads(threads or os.cpu_count() or 1)
         meta = json.loads((path / METADATA).read_text())
-        library = tvm.runtime.load_module(str(path / LIBRARY))
-        return CompiledModel(library, tuple(TensorInfo.from_json(t) for t in meta["inputs"]),
+        # a model saved before the weights were lifted has them inside its library
+        weights = load_weights(path / WEIGHTS, meta["weights"]) if meta.get("weights") else ()
+        return CompiledModel(None, tuple(TensorInfo.from_json(t) for t in meta["inputs"]),
                              tuple(TensorInfo.from_json(t) for t in meta["outputs"]),
                              tuple(meta.get("tuned", ())), meta.get("name", "model"),
-                             meta.get("target"), str(path / LIBRARY), meta.get("functions"))
+                             meta.get("target"), str(path / LIBRARY), meta.get("functions"),
+                             weights)
+
+
+def weight_info(weight) -> dict:
+    """A weight's entry in ``model.json``: name, shape, dtype."""
+    return {"name": weight.name, "shape": list(weight.value.shape),
+            "dtype": str(weight.value.dtype)}
+
+
+def save_weights(path: Path, weights) -> None:
+    """``weights.npz``: one array per weight, by parameter name (written whole, then renamed,
+    so a killed save never leaves a short file that loads)."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        np.savez(f, **{w.name: w.value for w in weights})
+    os.replace(tmp, path)
+
+
+def load_weights(path: Path, infos: list[dict]) -> tuple:
+    """The weights ``model.json`` lists, read from ``weights.npz`` and checked against it."""
+    from .weights import Weight
+
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing: the model takes {len(infos)} weights")
+    out = []
+    with np.load(path) as arrays:
+        for info in infos:
+            if info["name"] not in arrays:
+                raise ValueError(f"{path} has no weight {info['name']!r}")
+            value = arrays[info["name"]]
+            if list(value.shape) != list(info["shape"]) or str(value.dtype) != info["dtype"]:
+                raise ValueError(f"{path}: weight {info['name']} is {value.dtype}"
+                                 f"{list(value.shape)}, the library takes {info['dtype']}"
+                                 f"{info['shape']}")
+            out.append(Weight(info["name"], value))
+    return tuple(out)
 
 
 @contextlib.contextmanager

@@ -23,6 +23,7 @@ import numpy as np
 # block names the template looks for (``space.cpu_expand_depthwise``)
 POINTWISE, POINTWISE_ACT, PAD, DEPTHWISE = "tt_pointwise", "tt_pointwise_act", "tt_pad", "tt_depthwise"
 DEFAULT_MIN_BYTES = 1 << 20
+REWRITE = "expand-depthwise fusion"
 
 
 def expand_depthwise(x, w1, b1, w2, stride: int, padding, lo, hi):
@@ -106,9 +107,10 @@ def expand_depthwise_pass(min_bytes: int = DEFAULT_MIN_BYTES):
 
     @relax.expr_functor.mutator
     class Rewriter(relax.PyExprMutator):
-        def __init__(self, mod, uses):
+        def __init__(self, mod, uses, failed: list):
             super().__init__(mod)
             self.uses = uses
+            self.failed = failed  # (call, error) of the pairs left apart
 
         def visit_call_(self, call):
             call = super().visit_call_(call)
@@ -124,9 +126,13 @@ def expand_depthwise_pass(min_bytes: int = DEFAULT_MIN_BYTES):
                 return call
             stride = int(call.attrs.strides[0])
             padding = [int(p) for p in call.attrs.padding]
-            return self.builder_.call_te(
-                expand_depthwise, x, relax.const(w1), relax.const(b1), relax.const(w2),
-                stride, padding, lo, hi, primfunc_name_hint="expand_depthwise")
+            try:
+                return self.builder_.call_te(
+                    expand_depthwise, x, relax.const(w1), relax.const(b1), relax.const(w2),
+                    stride, padding, lo, hi, primfunc_name_hint="expand_depthwise")
+            except Exception as err:  # that pair stays two convolutions; the others go on
+                self.failed.append((call, err))
+                return call
 
         def _chain(self, var):
             """``(x, W1, b1, lo, hi)`` when ``var`` is ``[min]([max|relu]([add](conv1x1(x))))``
@@ -166,13 +172,17 @@ def expand_depthwise_pass(min_bytes: int = DEFAULT_MIN_BYTES):
 
     @tvm.transform.module_pass(opt_level=0, name="TensortuneExpandDepthwise")
     def apply(mod, _ctx):
-        rewriter = None
+        rewriter, failed = None, []
         for gv, func in list(mod.functions.items()):
             if isinstance(func, relax.Function):
-                rewriter = rewriter or Rewriter(mod, _use_counts(mod))
+                rewriter = rewriter or Rewriter(mod, _use_counts(mod), failed)
                 rewriter.builder_.update_func(gv, rewriter.visit_expr(func))
         if rewriter is None:
             return mod
+        if failed:
+            from .winograd import describe_conv, warn_skipped
+
+            warn_skipped(REWRITE, [describe_conv(c) for c, _ in failed], failed[0][1])
         return relax.transform.DeadCodeElimination()(rewriter.builder_.get())
 
     return apply

@@ -66,18 +66,21 @@ class TuneTask:
 def prepare(mod, graph=None):
     """Inference rewrites before legalization: fold batch-norm into convolutions, decompose
     what is left of it (and other composite ops), fold constants, then the whole-model
-    rewrites of ``graph`` (``GraphOptions.of``: layout, Winograd)."""
+    rewrites of ``graph`` (``GraphOptions.of``: layout, Winograd). Each step that raises is
+    skipped with a warning (``graph.guarded``): what it leaves, TVM's legalization still takes."""
     import tvm
     from tvm import relax
 
-    mod = tvm.transform.Sequential([
-        # needs constant weights: the importers bind them, so every conv + BN pair of a torch
-        # or ONNX CNN is caught; a BN elsewhere is decomposed into elementwise ops below
-        fold_batch_norm_pass(),
+    from .graph import guarded
+
+    # needs constant weights: the importers bind them, so every conv + BN pair of a torch
+    # or ONNX CNN is caught; a BN elsewhere is decomposed into elementwise ops below
+    mod = guarded("batch-norm folding", fold_batch_norm_pass(), mod)
+    mod = guarded("inference decomposition", tvm.transform.Sequential([
         relax.transform.DecomposeOpsForInference(),
         relax.transform.CanonicalizeBindings(),
-        relax.transform.FoldConstant(),
-    ])(mod)
+    ]), mod)
+    mod = guarded("constant folding", relax.transform.FoldConstant(), mod)
     return GraphOptions.of(graph).rewrite(mod)
 
 
@@ -196,6 +199,7 @@ def extract_tasks(model: Model, target: dict, template: str | None = None,
 
 
 def tunability(task: Task, call: FusedCall) -> tuple[bool, str]:
+    """Whether ``task`` can be tuned (measured), and why not or the size of its space."""
     from tvm.relax.analysis import has_reshape_pattern
 
     if call.symbolic_args:
@@ -204,7 +208,9 @@ def tunability(task: Task, call: FusedCall) -> tuple[bool, str]:
         # RewriteDataflowReshape turns the call into a view of its input: no kernel runs
         return False, "a reshape: the VM runs it as a view of its input, no kernel"
     if call.num_outputs != 1:
-        return False, f"{call.num_outputs} outputs (templates handle one)"
+        # the row-wise template schedules it (its seed, when the model is built), but the
+        # runner times and checks a single output, so it is not measured
+        return False, f"{call.num_outputs} outputs: built with its seed, not measured"
     try:
         task.workload.input_shapes, task.workload.output_shape  # noqa: B018 - validates shapes
         space = task_space(task)

@@ -6,8 +6,9 @@ every step (extraction, build, the MetaSchedule database) takes the same value.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 
-from .layout import DEFAULT_LAYOUT, check_layout, convert_layout
+from .layout import DEFAULT_LAYOUT, REWRITE, GraphRewriteWarning, check_layout, convert_layout
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,25 +61,40 @@ class GraphOptions:
 
     def rewrite(self, mod):
         """``mod`` (inference-ready Relax) converted to the layout, then Winograd and fast
-        math applied."""
-        mod = convert_layout(mod, self.layout)
+        math applied. A rewrite that raises is skipped (``guarded``): the model keeps NCHW, or
+        runs without the fusion, and the rest still applies."""
+        if self.layout == "nhwc":
+            mod = guarded(REWRITE, lambda m: convert_layout(m, self.layout), mod)
         if self.expand_depthwise and self.layout == "nhwc":
-            from .expand_depthwise import expand_depthwise_pass
+            from .expand_depthwise import REWRITE as NAME, expand_depthwise_pass
 
-            mod = expand_depthwise_pass(self.expand_depthwise_kib * 1024)(mod)
+            mod = guarded(NAME, expand_depthwise_pass(self.expand_depthwise_kib * 1024), mod)
         if self.fast_math:
             from .fastmath import fast_math_pass
 
-            mod = fast_math_pass()(mod)
+            mod = guarded("fast math", fast_math_pass(), mod)
         if self.winograd and self.layout == "nhwc":
             import tvm
             from tvm import relax
 
-            from .winograd import winograd_pass
+            from .winograd import REWRITE as NAME, winograd_pass
 
-            mod = tvm.transform.Sequential([
+            mod = guarded(NAME, tvm.transform.Sequential([
                 winograd_pass(min_channels=self.winograd_channels),
                 relax.transform.CanonicalizeBindings(),
                 relax.transform.FoldConstant(),
-            ])(mod)
+            ]), mod)
+        return mod
+
+
+def guarded(name: str, rewrite, mod):
+    """``rewrite(mod)``; if it raises, ``mod`` unchanged and one ``GraphRewriteWarning``
+    naming the rewrite and the error's first line, so that a model that imports never fails
+    on a whole-model rewrite (TVM's own rules have gaps)."""
+    try:
+        return rewrite(mod)
+    except Exception as err:  # a TVM InternalError, IndexError, ...: any of them
+        first = next((ln.strip() for ln in str(err).splitlines() if ln.strip()), "")
+        warnings.warn(f"{name} skipped, the model runs without it ({type(err).__name__}: "
+                      f"{first[:200]})", GraphRewriteWarning, stacklevel=3)
         return mod

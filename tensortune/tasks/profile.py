@@ -12,6 +12,7 @@ import statistics
 import time
 from collections import defaultdict
 
+from .compile import schedule_of
 from .compiled import CompiledModel
 
 PREPACKED = "_prepacked"  # suffix TVM's weight-prepacking split gives a kernel
@@ -26,6 +27,9 @@ class FunctionProfile:
     seconds: float
     flops: int  # per model run (all calls)
     tuned: bool
+    # how it was built (``compile.function_table``): tuned, seeded, fallback, dlight or
+    # default (TVM's unscheduled lowering)
+    schedule: str = ""
 
     @property
     def gflops(self) -> float:
@@ -54,11 +58,18 @@ class ModelProfile:
     def flops(self) -> int:
         return sum(f.flops for f in self.functions)
 
+    def default_functions(self) -> list[FunctionProfile]:
+        """The functions built with TVM's unscheduled default, slowest first."""
+        return [f for f in self.functions if f.schedule == "default"]
+
     def to_json(self) -> dict:
         return {"latency_ms": self.latency_s * 1e3, "kernels_ms": self.kernels_s * 1e3,
                 "builtins_ms": self.builtins_s * 1e3, "overhead_ms": self.overhead_s * 1e3,
                 "gflops": self.flops / self.latency_s / 1e9 if self.latency_s else 0.0,
                 "peak_gflops": self.peak_gflops,
+                "default_functions": [{"name": f.name, "ms": f.seconds * 1e3,
+                                       "share": f.seconds / self.latency_s if self.latency_s
+                                       else 0.0} for f in self.default_functions()],
                 "functions": [{**dataclasses.asdict(f), "ms": f.seconds * 1e3,
                                "share": f.seconds / self.latency_s if self.latency_s else 0.0,
                                "gflops": f.gflops,
@@ -107,9 +118,23 @@ def profile_model(compiled: CompiledModel, repeat: int = 20, inputs=None,
         if symbol.startswith("vm.builtin.") or symbol == "main":
             continue
         name = symbol[: -len(PREPACKED)] if symbol.endswith(PREPACKED) else symbol
-        info = compiled.functions.get(name, {})
+        info = compiled.functions.get(name, {"tuned": name in compiled.tuned})
         calls = int(info.get("calls", 1))
         functions.append(FunctionProfile(name, calls, seconds, int(info.get("flops", 0)) * calls,
-                                         bool(info.get("tuned", name in compiled.tuned))))
+                                         bool(info.get("tuned", name in compiled.tuned)),
+                                         schedule_of(info)))
     functions.sort(key=lambda f: -f.seconds)
     return ModelProfile(latency, tuple(functions), builtins, peak_gflops)
+
+
+def default_function_shares(compiled: CompiledModel, repeat: int = 5) -> list[dict]:
+    """``[{"name", "ms", "share"}]`` of the functions built with TVM's unscheduled default,
+    slowest first, from a short profile of the model (run only if there are any, so the share
+    is measured, not guessed from FLOPs)."""
+    names = compiled.default_functions()
+    if not names:
+        return []
+    timed = {f["name"]: f for f in profile_model(compiled, repeat=repeat).to_json()["functions"]}
+    rows = [{"name": n, "ms": timed[n]["ms"] if n in timed else 0.0,
+             "share": timed[n]["share"] if n in timed else 0.0} for n in names]
+    return sorted(rows, key=lambda r: -r["ms"])

@@ -22,6 +22,7 @@ import functools
 import numpy as np
 
 KERNEL = 3
+REWRITE = "Winograd"
 
 
 @functools.lru_cache(maxsize=8)
@@ -134,12 +135,20 @@ def winograd_pass(tile: int | None = None, min_channels: int = 32):
 
     @relax.expr_functor.mutator
     class Rewriter(relax.PyExprMutator):
+        def __init__(self, mod, failed: list):
+            super().__init__(mod)
+            self.failed = failed  # (call, error) of the convolutions left direct
+
         def visit_call_(self, call):
             call = super().visit_call_(call)
             if getattr(call.op, "name", "") != "relax.nn.conv2d" or not eligible(call,
                                                                                  min_channels):
                 return call
-            return self._winograd(call)
+            try:
+                return self._winograd(call)
+            except Exception as err:  # that convolution stays direct; the others go on
+                self.failed.append((call, err))
+                return call
 
         def _winograd(self, call):
             data, weight = call.args
@@ -159,10 +168,38 @@ def winograd_pass(tile: int | None = None, min_channels: int = 32):
 
     @tvm.transform.module_pass(opt_level=0, name="TensortuneWinograd")
     def apply(mod, _ctx):
-        rewriter = Rewriter(mod)  # its builder collects the new PrimFuncs beside the module's
+        failed: list = []
+        rewriter = Rewriter(mod, failed)  # its builder collects the new PrimFuncs beside
         for gv, func in list(mod.functions.items()):
             if isinstance(func, relax.Function):
                 rewriter.builder_.update_func(gv, rewriter.visit_expr(func))
-        return rewriter.builder_.get()
+        out = rewriter.builder_.get()
+        if failed:
+            warn_skipped(REWRITE, [describe_conv(c) for c, _ in failed], failed[0][1])
+            # a transform emitted before the error would otherwise run for nothing
+            out = relax.transform.DeadCodeElimination()(out)
+        return out
 
     return apply
+
+
+def describe_conv(call) -> str:
+    """``conv2d 3x3 64->64 on 1x56x56x64`` (the weight's HWIO shape, the data's shape)."""
+    try:
+        kh, kw, cin, cout = (int(d) for d in call.args[1].ty.shape)
+        shape = "x".join(str(int(d)) for d in call.args[0].ty.shape)
+        return f"{call.op.name} {kh}x{kw} {cin}->{cout} on {shape}"
+    except Exception:  # symbolic shapes: the operator's name is enough
+        return str(call.op.name)
+
+
+def warn_skipped(rewrite: str, calls: list[str], err: Exception) -> None:
+    """One ``GraphRewriteWarning``: which calls ``rewrite`` left as they were, and why."""
+    import warnings
+
+    from .layout import GraphRewriteWarning
+
+    first = next((ln.strip() for ln in str(err).splitlines() if ln.strip()), "")
+    warnings.warn(f"{rewrite} left {len(calls)} operator(s) as they were: "
+                  f"{'; '.join(calls[:5])}{' ...' if len(calls) > 5 else ''} "
+                  f"({type(err).__name__}: {first[:200]})", GraphRewriteWarning, stacklevel=2)

@@ -181,11 +181,9 @@ def _shortlist(task: Task, model, settings: Settings, shortlist: int, seed: int,
             order = _diverse(candidates, ranked, len(candidates))
         else:
             # moving data only (a transpose): the models learned throughput and cannot rank
-            # it, so nothing is compiled and the fewest fused parallel rows go first: over
-            # ShuffleNet's nine such functions one parallel row ran within 2.5x of the best
-            # seed, four rows up to 12x slower
-            order = sorted(range(len(candidates)),
-                           key=lambda i: (candidates[i].get("rows", 0), -ranked[i]))
+            # it, so nothing is compiled and the row-wise template's own seed order stands
+            # (its first seed picks the rows that give every core work: ``rowwise_seeds``)
+            order = list(range(len(candidates)))
             scale, ordered = getattr(cheap, "label_scale", None), True
         # checked on the first few only: checking every seed cost as much as scoring it
         order = list(itertools.islice((i for i in order if valid(candidates[i])),

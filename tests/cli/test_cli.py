@@ -83,6 +83,12 @@ def test_tune_model_compares_with_onnxruntime_and_hardware_free_times_nothing(tm
     assert summary["trials"] == summary["timed"] == 8
     assert summary["onnxruntime_ms"] > 0 and summary["untuned_ms"] > 0
     assert "ONNX Runtime" in res.output
+    assert summary["default_functions"] == [] and "none on TVM's default" in res.output
+    res = runner.invoke(app, ["profile", summary["run_id"], "--repeat", "2", "--json"])
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.output.strip().splitlines()[-1])
+    assert report["default_functions"] == []
+    assert {f["schedule"] for f in report["functions"]} <= {"tuned", "seeded", "fallback"}
     res = runner.invoke(app, ["tune-model", str(path), "--hardware-free", "--no-compare", "--json"])
     assert res.exit_code == 0, res.output
     summary = json.loads(res.output.strip().splitlines()[-1])
