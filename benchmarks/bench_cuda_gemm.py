@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cuda_emulator import emulate  # noqa: E402
 
 WORKLOADS = ("matmul_512", "dense_128x768x3072")
+ROLES = ("seed", "neighbour", "random", "generic")
 TARGET = {"kind": "cuda", "arch": "sm_90", "host": {"kind": "llvm"}}
 GENERIC_TIMINGS = ("benchmarks/cuda/timings-h100.jsonl.gz",
                    "benchmarks/cuda/timings-h100-r1-r4.jsonl.gz")
@@ -54,7 +55,8 @@ def export(args) -> None:
     from tensortune.settings import Settings
     from tensortune.space import Config, task_space
     from tensortune.space.analysis import short_name
-    from tensortune.space.cuda_gemm import _prepare, check_limits
+    from tensortune.space.cuda_gemm import check_limits
+    from tensortune.space.cuda_gemm_info import prepare_gemm
     from tensortune.space.cuda_gemm_seeds import gemm_seeds
     from tensortune.workload import Task
 
@@ -67,25 +69,26 @@ def export(args) -> None:
     items, roles, summary = [], [], {}
     start = time.perf_counter()
     with LocalBuilder(args.workers, 120) as builder:
-        for name in WORKLOADS:
+        for name in args.workloads.split(","):
             workload = named[name]
             task = Task(workload, TARGET, "cuda.gemm")
             space = task_space(task)
-            _, info, _ = _prepare(Schedule(workload.prim_func()))
+            _, info, _ = prepare_gemm(Schedule(workload.prim_func()))
             knob = {k.name: k for k in space.knobs}
             tiles = [f"tile_{short_name(n)}" for n, _ in (info.m, info.n, info.k)]
 
             def fits(config) -> bool:
                 try:
                     check_limits(info, config[tiles[0]], config[tiles[1]], config[tiles[2]],
-                                 config["pipeline"], config["transpose"], config["pad"])
+                                 config["pipeline"], config["transpose"], config["pad"],
+                                 config["slice_k"], config["split_k"])
                     return True
                 except Exception:  # noqa: BLE001 - InvalidConfigError: a limit broken
                     return False
 
             seeds = gemm_seeds(space, workload.prim_func(), limit=args.seeds)
             kept: dict[str, tuple] = {}  # cubin sha1 -> (input, build, role)
-            stats = {"seed": [0, 0], "random": [0, 0], "generic": [0, 0]}  # built, failed
+            stats = {r: [0, 0] for r in ROLES}  # built, failed
             build_s = []
 
             def build(configs, role, the_task=task) -> int:
@@ -107,6 +110,10 @@ def export(args) -> None:
             t0 = time.perf_counter()
             build(seeds, "seed")
             seen = set(seeds)
+            near = [c for c in neighbours(workload, args.neighbours, tiles[2])
+                    if c not in seen and c in space and fits(c)]
+            build(near, "neighbour")
+            seen.update(near)
             randoms = 0
             for _ in range(40):  # rounds of draws until --random distinct kernels are built
                 if randoms >= args.random:
@@ -136,6 +143,7 @@ def export(args) -> None:
             summary[name] = {
                 "space_size": space.size, "knobs": {k: len(v.candidates) for k, v in knob.items()},
                 "seeds": roles_here.count("seed"), "random": roles_here.count("random"),
+                "neighbours": roles_here.count("neighbour"),
                 "generic": roles_here.count("generic"), "built_failed": stats,
                 "build_s_median": statistics.median(build_s) if build_s else None,
                 "build_s_mean": statistics.mean(build_s) if build_s else None,
@@ -157,6 +165,31 @@ def export(args) -> None:
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     print(f"batch of {len(items)} candidates written to {path.parent} ({size / 1e6:.1f} MB) in "
           f"{time.perf_counter() - start:.0f} s")
+
+
+def neighbours(workload, reports: list[Path], k_knob: str) -> list:
+    """The fastest ``cuda.gemm`` configs of ``workload`` in earlier reports, each with K tiles
+    of 8, 16 or 32, sliced in 2 or 4 (``slice_k``) or split in 2-4 (``split_k``), under the four
+    pipelines that won."""
+    from tensortune.space import Config
+
+    best = []
+    for path in reports:
+        for row in json.loads(Path(path).read_text())["rows"]:
+            if row["workload"] == workload.to_dict():
+                best += [b["config"] for b in row.get("gemm_best", [])]
+                best += [b["config"] for role in ("seed", "random")
+                         for b in (row.get(role) or {}).get("best", [])]
+    out = {}
+    for base in best:
+        extent = math.prod(base[k_knob])
+        for bk in (8, 16, 32):
+            for parts in ((2, 1), (4, 1), (1, 2), (1, 3), (1, 4)):
+                for pipeline in ("prefetch", "double", "async2", "async3"):
+                    c = {**base, k_knob: [extent // bk, bk], "slice_k": parts[0],
+                         "split_k": parts[1], "pipeline": pipeline}
+                    out[Config.from_json(c)] = None
+    return list(out)
 
 
 def best_generic(workload, k: int) -> list[dict]:
@@ -198,7 +231,9 @@ def emulate_sample(workload, kept: list, n: int, rng) -> None:
         ok = True
         for eager in (False, True) if "cp.async" in source else (False,):
             out = np.full(ref.shape, np.nan, dtype=np.float32)
-            emulate(source, launch_spec(res.path)["kernels"], [*inputs, out], eager=eager)
+            spec = launch_spec(res.path)
+            scratch = [np.full(s["shape"], np.nan, s["dtype"]) for s in spec["scratch"]]
+            emulate(source, spec["kernels"], [*inputs, out, *scratch], eager=eager)
             ok = ok and bool(np.allclose(out, ref, rtol=1e-3, atol=1e-3))
         bad += not ok
         print(f"  emulated {role} {dict(inp.config)}: {'ok' if ok else 'WRONG'} "
@@ -222,7 +257,7 @@ def report(args) -> None:
     for data_name in batch.data:
         cands = [c for c in batch.candidates if c.data == data_name]
         row = {"workload": cands[0].record["task"]["workload"], "data": data_name}
-        for role in ("seed", "random", "generic"):
+        for role in ROLES:
             timed, errors = [], 0
             for c in cands:
                 if roles[c.index]["role"] != role:
@@ -240,21 +275,21 @@ def report(args) -> None:
                          "median_us": statistics.median(t for t, _ in timed) * 1e6 if timed else None,
                          "best": [{"index": c.index, "us": t * 1e6, "config": c.record["config"]}
                                   for t, c in timed[:args.top]]}
-        gemm = sorted([b for r in ("seed", "random") for b in row[r]["best"]],
+        gemm = sorted([b for r in ("seed", "neighbour", "random") for b in row[r]["best"]],
                       key=lambda b: b["us"])[:args.top]
         row["gemm_best"] = gemm
         table.append(row)
-    print("| workload | cuda.gemm best us (seeds / random) | cuda.generic best us | "
+    print("| workload | cuda.gemm best us (seeds / neighbours / random) | cuda.generic best us | "
           "gemm timed (errors) | best cuda.gemm config |")
     print("| --- | --- | --- | --- | --- |")
     for row in table:
         g = row["gemm_best"][0] if row["gemm_best"] else None
         fmt = lambda v: f"{v:.2f}" if v is not None else "-"  # noqa: E731
         print(f"| {describe(row['workload'])} | {fmt(g['us'] if g else None)} "
-              f"({fmt(row['seed']['best_us'])} / {fmt(row['random']['best_us'])}) | "
-              f"{fmt(row['generic']['best_us'])} | "
-              f"{row['seed']['timed'] + row['random']['timed']} "
-              f"({row['seed']['errors'] + row['random']['errors']}) | "
+              f"({fmt(row['seed']['best_us'])} / {fmt(row['neighbour']['best_us'])} / "
+              f"{fmt(row['random']['best_us'])}) | {fmt(row['generic']['best_us'])} | "
+              f"{sum(row[r]['timed'] for r in ROLES[:3])} "
+              f"({sum(row[r]['errors'] for r in ROLES[:3])}) | "
               f"{json.dumps(g['config']) if g else '-'} |")
     peers = peer_timings(batch, table, args) if args.peers else None
     if args.json:
@@ -295,7 +330,7 @@ def peer_timings(batch, table: list, args) -> list:
             with module_file(c.module) as path:
                 handle = backend.load(path, [k.name for k in c.kernels])
             out = backend.zeros(spec.output.shape, spec.output.dtype)
-            buffers = [*dev, out]
+            buffers = [*dev, out, *(backend.zeros((n,), dt) for n, dt in c.scratch)]
             backend.launch(handle, c.kernels, buffers)
             backend.synchronize()
             got = backend.download(out).reshape(-1)[::spec.output.stride]
@@ -344,6 +379,10 @@ def main() -> None:
     ex.add_argument("--emulate", type=int, default=6,
                     help="besides every seed, this many candidates per workload run on the CPU "
                          "emulator first (0: none, seeds neither)")
+    ex.add_argument("--workloads", default=",".join(WORKLOADS),
+                    help=f"comma-separated, of {', '.join(WORKLOADS)}")
+    ex.add_argument("--neighbours", type=Path, nargs="*", default=[],
+                    help="reports of earlier rounds: their best configs, K sliced")
     ex.add_argument("--workers", type=int, default=2)
     ex.add_argument("--seed", type=int, default=0)
     rp = sub.add_parser("report", help="summarize a timed batch (on the GPU host)")

@@ -28,7 +28,8 @@ WORKLOADS = {
 SMALL_DENSE = Dense(batch=64, in_features=64, out_features=128, bias=True)
 # 64x64 tile: 2 x 16 threads x 2 rows along M (2 virtual threads), 8 x 8 threads x 4 columns
 # along N; K tiles of 16: two of them, so every pipeline has something to overlap
-SMALL_TILES = {"tile_i": (1, 2, 16, 2), "tile_j": (2, 2, 8, 4), "tile_k": (4, 16)}
+SMALL_TILES = {"tile_i": (1, 2, 16, 2), "tile_j": (2, 2, 8, 4), "tile_k": (4, 16), "slice_k": 1,
+               "split_k": 1}
 
 
 def gemm(workload) -> Task:
@@ -62,7 +63,8 @@ def test_space_has_three_splits_and_three_choices(name):
     space = task_space(gemm(WORKLOADS[name]))
     knobs = {k.name: k for k in space.knobs}
     # the batch axis of batch_matmul goes to blockIdx.z: no knob
-    assert list(knobs) == ["tile_i", "tile_j", "tile_k", "pipeline", "transpose", "pad"]
+    assert list(knobs) == ["tile_i", "tile_j", "tile_k", "pipeline", "transpose", "pad",
+                           "slice_k", "split_k"]
     assert knobs["tile_i"].parts == knobs["tile_j"].parts == 4 and knobs["tile_k"].parts == 2
     assert knobs["pipeline"].options == PIPELINES
     assert space.size > 10_000
@@ -82,14 +84,21 @@ def test_every_seed_builds_an_sm90_cubin_with_its_launch_spec(builder):
                                              build.message)
         with open(build.path, "rb") as f:
             assert f.read(4) == b"\x7fELF"
-        [kernel] = launch_spec(build.path)["kernels"]
+        kernel, *sums = launch_spec(build.path)["kernels"]  # a split K: and the sum's
         c, w = inp.config, inp.task.workload
         m, n = (w.m, w.n) if hasattr(w, "m") else (w.batch, w.out_features)
         block_m, block_n = np.prod(c["tile_i"][1:]), np.prod(c["tile_j"][1:])
-        # N blocks on x, M blocks on y, the batch on z; threads: N on x, M on y
-        assert kernel["grid"] == [n // block_n, m // block_m, getattr(w, "b", 1)]
-        assert kernel["block"] == [c["tile_j"][2], c["tile_i"][2], 1]
-        assert sorted(kernel["args"]) == [0, 1, 2]
+        # N blocks on x, M blocks on y, the batch on z; threads: N on x, M on y, K slices on z
+        assert kernel["grid"] == [n // block_n, m // block_m, getattr(w, "b", 1) * c["split_k"]]
+        assert len(sums) == (c["split_k"] > 1)
+        assert kernel["block"] == [c["tile_j"][2], c["tile_i"][2], c["slice_k"]]
+        spec = launch_spec(build.path)
+        if c["split_k"] > 1:  # the parts write a scratch buffer (index 3), the sum reads it
+            parts = c["split_k"] * m * n * getattr(w, "b", 1)
+            assert np.prod(spec["scratch"][0]["shape"]) == parts
+            assert sorted(kernel["args"]) == [0, 1, 3] and sorted(sums[0]["args"]) == [2, 3]
+        else:
+            assert sorted(kernel["args"]) == [0, 1, 2] and spec["scratch"] == []
 
 
 def test_seeds_cover_the_classic_tiles_and_fill_the_sms():
@@ -114,7 +123,7 @@ def test_seeds_cover_the_classic_tiles_and_fill_the_sms():
 def test_configs_breaking_the_gpu_limits_are_refused(change, message):
     task = gemm(WORKLOADS["matmul_512"])
     base = {"tile_i": (8, 1, 16, 4), "tile_j": (8, 1, 16, 4), "tile_k": (32, 16),
-            "pipeline": "double", "transpose": True, "pad": 4}
+            "pipeline": "double", "transpose": True, "pad": 4, "slice_k": 1, "split_k": 1}
     with pytest.raises(InvalidConfigError, match=message):
         apply_config(task, Config({**base, **change}))
 
@@ -122,7 +131,7 @@ def test_configs_breaking_the_gpu_limits_are_refused(change, message):
 def test_a_pipeline_needs_as_many_k_tiles_as_stages():
     task = gemm(BatchMatmul(b=2, m=64, n=64, k=64))
     config = Config(tile_i=(1, 1, 16, 4), tile_j=(1, 1, 16, 4), tile_k=(2, 32), pipeline="async3",
-                    transpose=True, pad=4)
+                    transpose=True, pad=4, slice_k=1, split_k=1)
     with pytest.raises(InvalidConfigError, match="2 K tiles cannot fill a async3 pipeline"):
         apply_config(task, config)
     apply_config(task, Config({**config, "pipeline": "async2"}))
@@ -130,7 +139,8 @@ def test_a_pipeline_needs_as_many_k_tiles_as_stages():
 
 def test_kernels_load_float4_and_double_buffer_their_shared_panels():
     task = gemm(WORKLOADS["matmul_512"])
-    tiles = {"tile_i": (8, 1, 16, 4), "tile_j": (8, 1, 16, 4), "tile_k": (32, 16), "pad": 4}
+    tiles = {"tile_i": (8, 1, 16, 4), "tile_j": (8, 1, 16, 4), "tile_k": (32, 16), "pad": 4,
+             "slice_k": 1, "split_k": 1}
     source = cuda_source(task, Config(tiles, pipeline="double", transpose=True))
     # A (K contiguous) and B (N contiguous) read from global memory 4 floats at a time, the
     # fragments from shared memory too, the result written back so
@@ -171,13 +181,13 @@ def test_emulated_kernels_match_numpy_under_every_pipeline(emulator, pipeline, t
 @pytest.mark.parametrize("workload, config", [
     (BatchMatmul(b=3, m=64, n=64, k=32),
      Config(tile_i=(2, 1, 8, 4), tile_j=(1, 2, 8, 4), tile_k=(2, 16), pipeline="prefetch",
-            transpose=False, pad=4)),
+            transpose=False, pad=4, slice_k=1, split_k=1)),
     (Matmul(m=200, n=120, k=72),  # 4-byte cp.async of a transposed panel, 2-wide elsewhere
      Config(tile_i=(4, 1, 25, 2), tile_j=(2, 1, 15, 4), tile_k=(6, 12), pipeline="async2",
-            transpose=True, pad=4)),
+            transpose=True, pad=4, slice_k=1, split_k=1)),
     (Dense(batch=37, in_features=200, out_features=24),
      Config(tile_i=(1, 1, 37, 1), tile_j=(1, 1, 12, 2), tile_k=(20, 10), pipeline="async3",
-            transpose=False, pad=0)),
+            transpose=False, pad=0, slice_k=1, split_k=1)),
 ])
 def test_emulated_irregular_and_batched_kernels_match_numpy(emulator, workload, config):
     check(emulator, gemm(workload), config)
@@ -197,12 +207,61 @@ def fused_dense_relu() -> PrimFuncWorkload:
     return PrimFuncWorkload.from_prim_func(te.create_prim_func([x, w, bias, out]), "dense_relu")
 
 
+@pytest.mark.parametrize("workload, config", [
+    (SMALL_DENSE,  # bias fused; 2 slices of each 16-deep K tile, 8 K rows each
+     Config(tile_i=(2, 1, 8, 4), tile_j=(2, 1, 16, 4), tile_k=(4, 16), pipeline="prefetch",
+            transpose=True, pad=4, slice_k=2, split_k=1)),
+    (BatchMatmul(b=3, m=64, n=64, k=32),
+     Config(tile_i=(2, 1, 8, 4), tile_j=(1, 1, 16, 4), tile_k=(2, 16), pipeline="async2",
+            transpose=False, pad=4, slice_k=4, split_k=1)),
+    (Matmul(m=200, n=120, k=72),
+     Config(tile_i=(4, 1, 25, 2), tile_j=(2, 1, 15, 4), tile_k=(6, 12), pipeline="double",
+            transpose=True, pad=4, slice_k=2, split_k=1)),
+])
+def test_emulated_sliced_k_kernels_match_numpy(emulator, workload, config):
+    source = check(emulator, gemm(workload), config)
+    # the slices are threadIdx.z; their partial sums meet in shared memory
+    assert "threadIdx.z" in source and source.count("__syncthreads()") >= 2
+
+
+@pytest.mark.parametrize("workload, config", [
+    (SMALL_DENSE,  # bias fused into the sum kernel; 2 parts of 2 K tiles each
+     Config(tile_i=(2, 1, 8, 4), tile_j=(2, 2, 8, 4), tile_k=(4, 16), pipeline="double",
+            transpose=True, pad=4, slice_k=1, split_k=2)),
+    (BatchMatmul(b=3, m=64, n=64, k=48),  # parts beside the batch on blockIdx.z
+     Config(tile_i=(2, 1, 8, 4), tile_j=(1, 1, 16, 4), tile_k=(3, 16), pipeline="none",
+            transpose=False, pad=4, slice_k=1, split_k=3)),
+    (Matmul(m=200, n=120, k=72),
+     Config(tile_i=(4, 1, 25, 2), tile_j=(2, 1, 15, 4), tile_k=(6, 12), pipeline="async2",
+            transpose=True, pad=4, slice_k=1, split_k=3)),
+    (fused_dense_relu(),
+     Config(tile_i=(3, 1, 8, 2), tile_j=(1, 2, 8, 4), tile_k=(6, 16), pipeline="prefetch",
+            transpose=True, pad=4, slice_k=1, split_k=2)),
+])
+def test_emulated_split_k_kernels_match_numpy(emulator, workload, config):
+    source = check(emulator, gemm(workload), config)
+    # the parts' kernel and the sum's, through a scratch buffer TVM allocates
+    kernels = re.findall(r"__global__ void (?:__launch_bounds__\(\d+\) )?(\w+)\(", source)
+    assert len(set(kernels)) == 2
+
+
+def test_sliced_k_refuses_uneven_slices_and_virtual_threads():
+    task = gemm(WORKLOADS["matmul_512"])
+    base = {"tile_i": (16, 1, 8, 4), "tile_j": (16, 1, 8, 4), "tile_k": (32, 16),
+            "pipeline": "double", "transpose": True, "pad": 4, "split_k": 1}
+    apply_config(task, Config({**base, "slice_k": 4}))
+    with pytest.raises(InvalidConfigError, match="not 4 equal slices"):
+        apply_config(task, Config({**base, "tile_k": (256, 2), "slice_k": 4}))
+    with pytest.raises(InvalidConfigError, match="sliced K with virtual threads"):
+        apply_config(task, Config({**base, "tile_j": (8, 2, 8, 4), "slice_k": 2}))
+
+
 def test_a_fused_epilogue_is_computed_in_the_write_back(emulator):
     workload = fused_dense_relu()
     assert is_gemm(workload.prim_func())
     task = gemm(workload)
     config = Config(tile_i=(3, 1, 8, 2), tile_j=(1, 2, 8, 4), tile_k=(6, 16), pipeline="double",
-                    transpose=True, pad=4)
+                    transpose=True, pad=4, slice_k=1, split_k=1)
     source = check(emulator, task, config)
     # one kernel: transpose, bias and ReLU fused
     assert set(re.findall(r"__global__ void (?:__launch_bounds__\(\d+\) )?(\w+)\(", source)) \
@@ -241,6 +300,33 @@ def check(emulator, task: Task, config: Config) -> str:
     # a cp.async landing as late and as early as a GPU may land it
     for eager in (False, True) if "cp.async" in source else (False,):
         out = np.full(ref.shape, np.nan, dtype=np.float32)
-        emulator.emulate(source, spec["kernels"], [*inputs, out], eager=eager)
+        scratch = [np.full(s["shape"], np.nan, s["dtype"]) for s in spec["scratch"]]
+        emulator.emulate(source, spec["kernels"], [*inputs, out, *scratch], eager=eager)
         np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
     return source
+
+
+def test_a_model_s_matrix_products_are_cuda_gemm_tasks_built_with_split_k(tmp_path):
+    """A CUDA model's dense layers are ``cuda.gemm`` tasks; one built with its K split between
+    blocks compiles with TVM's workspace for the partial sums, in one GPU library."""
+    import torch
+
+    from tensortune.session import Session
+    from tensortune.settings import Settings
+    from tensortune.workload import parse_target
+
+    mlp = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(),
+                              torch.nn.Linear(128, 32)).eval()
+    settings = Settings(home=tmp_path, target=parse_target("cuda:sm_90"))
+    session = Session.from_torch(mlp, (torch.randn(16, 64),), settings=settings)
+    gemms = [t for t in session.extract() if t.task.template == "cuda.gemm"]
+    assert len(gemms) == 2 and all(t.tunable for t in gemms)
+    first = next(t for t in gemms if "relu" in " ".join(t.functions))
+    m, n, k = (knob.name for knob in task_space(first.task).knobs[:3])  # the model's names
+    config = Config({m: (2, 1, 8, 1), n: (2, 1, 16, 4), k: (4, 16)}, pipeline="double",
+                    transpose=True, pad=4, slice_k=1, split_k=2)
+    apply_config(first.task, config)  # valid for this task
+    compiled = session.build(best={first.key: config})
+    assert compiled.functions  # built for sm_90 (no GPU here to run it)
+    scheduled = {name: info["schedule"] for name, info in compiled.functions.items()}
+    assert "tuned" in scheduled.values()

@@ -89,6 +89,9 @@ class Candidate:
     module: Path
     kernels: tuple[KernelSpec, ...]
     record: Any = field(default=None, compare=False)
+    # (elements, dtype) of each scratch buffer the kernels share (a split-K's partial sums):
+    # kernel arguments past the output index them
+    scratch: tuple[tuple[int, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -193,7 +196,7 @@ def _kernel(obj: Any, where: str, n_buffers: int) -> KernelSpec:
         if not isinstance(a, int) or isinstance(a, bool) or not 0 <= a < n_buffers:
             raise BatchError(
                 f"manifest.json: {where}.args[{j}]: index {a!r} out of range "
-                f"0..{n_buffers - 1} ({n_buffers - 1} inputs and the output)"
+                f"0..{n_buffers - 1} (the inputs, the output and any scratch buffers)"
             )
     shared = _get(obj, "shared_bytes", int, where)
     if shared < 0:
@@ -211,7 +214,9 @@ def _candidate(root: Path, i: int, obj: Any, data: dict[str, DataSpec],
     name = _get(obj, "data", str, where)
     if name not in data:
         raise BatchError(f"manifest.json: {where}.data: unknown data name '{name}'")
-    n_buffers = len(data[name].inputs) + 1
+    scratch = tuple(_scratch(x, f"{where}.scratch[{j}]")
+                    for j, x in enumerate(obj.get("scratch") or []))
+    n_buffers = len(data[name].inputs) + 1 + len(scratch)
     kernels = _get(obj, "kernels", list, where)
     if not kernels:
         raise BatchError(f"manifest.json: {where}.kernels is empty")
@@ -219,8 +224,20 @@ def _candidate(root: Path, i: int, obj: Any, data: dict[str, DataSpec],
         index=index, key=_get(obj, "key", str, where), data=name,
         module=_file(root, _get(obj, "module", str, where), f"{where}.module"),
         kernels=tuple(_kernel(k, f"{where}.kernels[{j}]", n_buffers) for j, k in enumerate(kernels)),
-        record=_record(obj.get("record"), tasks),
+        record=_record(obj.get("record"), tasks), scratch=scratch,
     )
+
+
+def _scratch(obj: Any, where: str) -> tuple[int, str]:
+    shape = _get(obj, "shape", list, where)
+    if not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shape):
+        raise BatchError(f"manifest.json: {where}.shape {shape!r} is not positive integers")
+    dtype = _get(obj, "dtype", str, where)
+    try:
+        np.dtype(dtype)
+    except TypeError:
+        raise BatchError(f"manifest.json: {where}.dtype {dtype!r} is no numpy dtype") from None
+    return int(np.prod(shape)), dtype
 
 
 def _record(record: Any, tasks: dict) -> Any:

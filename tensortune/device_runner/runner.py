@@ -84,7 +84,7 @@ def measure_candidate(backend: Backend, batch: Batch, cand: Candidate,
     timing = batch.timing
     try:
         out = backend.zeros(spec.output.shape, spec.output.dtype)
-        buffers = [*inputs, out]
+        buffers = [*inputs, out, *(backend.zeros((n,), dtype) for n, dtype in cand.scratch)]
         backend.expect(ref, stride)
         backend.launch(handle, cand.kernels, buffers)
         backend.synchronize()

@@ -4,7 +4,8 @@ from __future__ import annotations
 from .config import Config
 from .analysis import TemplateMismatch
 from .cpu_template import generic_cpu
-from .cuda_gemm import cuda_gemm, is_gemm
+from .cuda_gemm import cuda_gemm
+from .cuda_gemm_info import is_gemm
 from .cuda_gemm_seeds import gemm_seeds
 from .cuda_template import cuda_generic
 from .knobs import ChoiceKnob, SplitKnob

@@ -5,13 +5,15 @@ from __future__ import annotations
 import math
 
 from .analysis import short_name
-from .cuda_gemm import _prepare, check_limits
+from .cuda_gemm import check_limits
+from .cuda_gemm_info import prepare_gemm
 from .space import InvalidConfigError
 
 SM_COUNT = 132  # H100 SXM: the grid sizes a first batch should fill
 # (BM, BN, rows, cols per thread): the classic SGEMM tiles, fullest register tiles first
 SEED_TILES = ((64, 64, 4, 4), (32, 64, 4, 4), (64, 32, 4, 4), (128, 128, 8, 8),
-              (64, 128, 4, 8), (128, 64, 8, 4), (32, 32, 2, 2), (32, 32, 4, 4))
+              (64, 128, 4, 8), (128, 64, 8, 4), (32, 32, 2, 2), (32, 32, 4, 4),
+              (64, 64, 8, 4))  # (cuBLAS' FP32 tile on sm_90: 128 threads of 8x4)
 # how the K tiles overlap the FMAs: (pipeline, transpose, K tile); every tile gets the first
 # round, then every tile the second
 SEED_ROUNDS = ((("prefetch", True, 16), ("async3", False, 16)),
@@ -23,14 +25,15 @@ def gemm_seeds(space, prim_func, lanes: int = 0, threads: int = 0,
     """Up to ``limit`` distinct valid configs of ``space`` (``cuda.gemm`` on ``prim_func``):
     the classic tiles (``SEED_TILES``, fitted to the extents' divisors) and the tiles that fill
     ``SM_COUNT`` SMs with one or two blocks each, with ``float4`` copies and K-major panels,
-    under the pipelines of ``SEED_ROUNDS``. ``lanes`` and ``threads`` (the CPU seeds'
+    under the pipelines of ``SEED_ROUNDS``; a grid of one wave or less also with its K tiles
+    sliced in two (``slice_k``) or K split in two or three (``split_k``). ``lanes`` and ``threads`` (the CPU seeds'
     arguments) are ignored."""
     from tvm.s_tir import Schedule
 
     from .config import Config
 
     try:
-        _, info, _ = _prepare(Schedule(prim_func))
+        _, info, _ = prepare_gemm(Schedule(prim_func))
     except Exception:  # noqa: BLE001 - not a GEMM, or a step TVM refused: no seeds
         return []
     knobs = {k.name for k in space.knobs}
@@ -48,16 +51,23 @@ def gemm_seeds(space, prim_func, lanes: int = 0, threads: int = 0,
                 bm, bn = math.prod(split_m[1:]), math.prod(split_n[1:])
                 bk = _largest_divisor(k, k_tile if bm * bn < 128 * 128 else 8)
                 split_k = (k // bk, bk)
-                try:
-                    check_limits(info, split_m, split_n, split_k, pipeline, transpose, 4)
-                except InvalidConfigError:
-                    continue
-                config = Config({names[0]: split_m, names[1]: split_n, names[2]: split_k,
-                                 "pipeline": pipeline, "transpose": transpose, "pad": 4})
-                if config in space:
-                    out[config] = None
-                if len(out) >= limit:
-                    return list(out)
+                blocks = batch * split_m[0] * split_n[0]
+                # a grid of one wave or less: its K also sliced between more threads, or
+                # split between two or three times the blocks
+                parts = ((1, 1), (2, 1), (1, 2), (1, 3)) if blocks <= SM_COUNT else ((1, 1),)
+                for slices, splits in parts:
+                    try:
+                        check_limits(info, split_m, split_n, split_k, pipeline, transpose, 4,
+                                     slices, splits)
+                    except InvalidConfigError:
+                        continue
+                    config = Config({names[0]: split_m, names[1]: split_n, names[2]: split_k,
+                                     "pipeline": pipeline, "transpose": transpose, "pad": 4,
+                                     "slice_k": slices, "split_k": splits})
+                    if config in space:
+                        out[config] = None
+                    if len(out) >= limit:
+                        return list(out)
     return list(out)
 
 

@@ -5,6 +5,7 @@ import os
 import warnings
 from collections.abc import Mapping
 
+from ..errors import strict
 from ..frontend import Model
 from ..measure import use_threads
 from ..records import Record, best_record, load_records
@@ -61,9 +62,10 @@ def _schedule(model: Model, target: dict, best: Best, template: str, graph,
     import tvm
     from tvm import relax
 
-    template = template or template_for(target)
     fused = fused_module(model, target, graph)
-    calls = [(call, Task(workload_of(call), dict(target), template)) for call in fused_calls(fused)]
+    calls = [(call, Task(workload_of(call), dict(target),
+                         template or template_for(target, call.func)))  # per function
+             for call in fused_calls(fused)]
     configs = resolve_best(best, [task for _, task in calls])
     views = view_functions(fused)
     seeds = seeds and target.get("kind") == "llvm"  # a GPU gets dlight's rules instead
@@ -117,14 +119,17 @@ def _schedule_one(task, call, configs: dict, seeds: bool):
             func = apply_config(task, first[0]).mod["main"]
             configs[task.key] = first[0]
             return func, "seeded"
-    except Exception:  # the template does not fit (or trips over) this function: the rule
-        pass
+    except Exception as err:  # the template does not fit (or trips over) this function: the rule
+        if strict() and not isinstance(err, InvalidConfigError):  # TENSORTUNE_STRICT: a bug
+            raise
     from ..space.cpu_fallback import fallback_schedule
     from ..workload import vector_lanes
 
     try:
         return fallback_schedule(call.func, vector_lanes(task.target)).mod["main"], "fallback"
     except Exception:  # nothing applies: TVM's default lowering, reported as such
+        if strict():  # TENSORTUNE_STRICT: raise what would be swallowed
+            raise
         return None, None
 
 

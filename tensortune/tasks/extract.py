@@ -18,6 +18,7 @@ import dataclasses
 import functools
 from collections.abc import Iterable
 
+from ..errors import strict
 from ..frontend import Model
 from ..space import InvalidConfigError, task_space, template_for
 from ..workload import PrimFuncWorkload, Task, WorkloadError
@@ -179,11 +180,10 @@ def extract_tasks(model: Model, target: dict, template: str | None = None,
     """The distinct fused functions of ``model`` as tasks, in order of first use.
 
     Structurally equal functions (names aside) are one task whose weight is their total call
-    count. Every function is returned; those the template (default: the target's,
+    count. Every function is returned; those the template (default: the function's,
     ``space.template_for``) cannot schedule have ``tunable=False`` and keep TVM's default
     lowering when the model is built.
     """
-    template = template or template_for(target)
     groups: dict[str, list] = {}
     for call in fused_calls(fused_module(model, target, graph)):
         workload = workload_of(call)
@@ -192,7 +192,8 @@ def extract_tasks(model: Model, target: dict, template: str | None = None,
         group[2].append(call.name)
     tasks = []
     for workload, weight, names, call in groups.values():
-        task = Task(workload, dict(target), template)
+        # per function: on CUDA a matrix product gets ``cuda.gemm``, the rest ``cuda.generic``
+        task = Task(workload, dict(target), template or template_for(target, call.func))
         tunable, reason = tunability(task, call)
         tasks.append(TuneTask(task, weight, tuple(names), tunable, reason))
     return tasks
@@ -217,6 +218,8 @@ def tunability(task: Task, call: FusedCall) -> tuple[bool, str]:
     except (WorkloadError, InvalidConfigError) as err:  # TemplateMismatch is an InvalidConfigError
         return False, str(err)
     except Exception as err:  # a template tripping over an unusual function: not tunable
+        if strict():  # TENSORTUNE_STRICT: raise what would be swallowed
+            raise
         return False, f"{type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}"
     size = space.size
     return True, f"{task.template}: {len(space.knobs)} knobs, {size:.3g} configs"
