@@ -6,6 +6,8 @@ Lines are written with one ``write`` and an ``fsync`` so a killed run loses at m
 being written; a torn or otherwise corrupt line is reported and skipped when loading.
 A finished log may be gzip-compressed (``pack_records``, e.g. a dataset kept in the repository);
 ``load_records`` reads ``.gz`` files as they are, and logs are only ever appended to uncompressed.
+A record keeps an error's first line; its full text (a build's traceback, a compiler's output)
+goes to ``errors.log`` beside the log (``errors_path``).
 """
 from __future__ import annotations
 
@@ -149,15 +151,30 @@ def _typed(obj: dict, name: str, kind: type):
     return v
 
 
-class RecordWriter:
-    """Appends records to a JSON-lines file; every line is flushed to disk before returning."""
+def errors_path(path: str | os.PathLike) -> Path:
+    """Where the full error texts of the records log ``path`` go: ``errors.log`` beside a run's
+    ``log.jsonl``, ``<stem>.errors.log`` beside any other log (logs can share a directory)."""
+    path = Path(path)
+    return path.with_name("errors.log" if path.name == "log.jsonl" else f"{path.stem}.errors.log")
 
-    def __init__(self, path: str | os.PathLike):
+
+class RecordWriter:
+    """Appends records to a JSON-lines file; every line is flushed to disk before returning.
+
+    Each measurement is logged at debug level (``--verbose``), and a failure's full text
+    (``MeasureResult.detail``) is appended to ``errors_path(path)``, made on the first one.
+    ``copy`` marks a writer of measurements another writer records too (a session's shared
+    records file): it writes the records only.
+    """
+
+    def __init__(self, path: str | os.PathLike, copy: bool = False):
         self.path = Path(path)
         if self.path.suffix == ".gz":
             raise ValueError(f"{self.path}: records are appended to an uncompressed log; "
                              "decompress it, append, and pack it again")
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.copy = copy
+        self.trials = 0
         # O_APPEND and one write per line: a second writer (or a resumed run) never
         # interleaves inside a line, and nothing already in the file is touched.
         self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -166,7 +183,22 @@ class RecordWriter:
         """Write one measurement and return its record."""
         record = Record.from_measure(inp, res)
         self.write(record)
+        if not self.copy:
+            self.trials += 1
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("trial %d: %s %s: %s", self.trials, inp.task.workload.describe(),
+                          inp.config.to_json(), _outcome(res))
+            if res.detail and not res.ok:
+                self._write_error(inp, res)
         return record
+
+    def _write_error(self, inp: MeasureInput, res: MeasureResult) -> None:
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(res.timestamp or time.time()))
+        head = (f"==== {stamp} {ErrorKind(res.error).value}: {inp.task.workload.describe()} "
+                f"(task {inp.task.key}, template {inp.task.template})\n"
+                f"config: {json.dumps(inp.config.to_json(), separators=(',', ':'))}\n")
+        with open(errors_path(self.path), "a") as f:  # one write per failure, like the log
+            f.write(head + res.detail.rstrip() + "\n\n")
 
     def write(self, record: Record) -> None:
         if self._fd is None:
@@ -187,6 +219,13 @@ class RecordWriter:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _outcome(res: MeasureResult) -> str:
+    """One trial's result for the debug log: its time, or its error and first line."""
+    if res.ok:
+        return f"{res.cost * 1e6:.2f} us" + (" (verified)" if res.verified else "")
+    return f"{ErrorKind(res.error).value} {res.message}".rstrip()
 
 
 def load_records(path: str | os.PathLike,

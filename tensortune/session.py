@@ -174,7 +174,9 @@ class Session:
         if well_tuned is None:
             well_tuned = max(self.settings.search.batch_size, trials // len(tasks))
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        run_log, shared = RecordWriter(self.run_dir / "log.jsonl"), RecordWriter(self.records_path)
+        # the run's log has errors.log beside it; the shared records are a copy of the same
+        run_log = RecordWriter(self.run_dir / "log.jsonl")
+        shared = RecordWriter(self.records_path, copy=True)
         callbacks = [run_log.append, shared.append] + ([on_result] if on_result else [])
         try:
             sched = TaskScheduler(
@@ -243,7 +245,7 @@ class Session:
             m = self.settings.measure
             with LocalBuilder(m.build_workers, m.build_timeout_s) as builder, \
                     LocalRunner(m) as runner, RecordWriter(self.run_dir / "log.jsonl") as log, \
-                    RecordWriter(self.records_path) as shared:
+                    RecordWriter(self.records_path, copy=True) as shared:
                 for t in tasks:
                     config, ran = time_top(self.static[t.key], verify_top, builder, runner,
                                            [log.append, shared.append])
@@ -399,6 +401,10 @@ class Session:
     def _write_run(self) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / RUN_FILE).write_text(json.dumps(self.summary(), indent=1))
+
+    def source_model(self):
+        """The imported model; for a loaded run, imported again from its spec (zoo or ONNX)."""
+        return self.model if self.model is not None else model_from_spec(self.spec)
 
     def _need_model(self, what: str) -> None:
         if self.model is None:

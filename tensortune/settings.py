@@ -69,6 +69,11 @@ class SearchSettings:
     # measure the template's expert starting points first (``space.seeds``); off reproduces
     # AutoTVM's cold start from random configs
     seeds: bool = True
+    # options of strategies that declare their own (``search.STRATEGIES[name].options``), by
+    # strategy: {"hill": {"climbers": 4}}; set them with ``STRATEGIES[name].configure``
+    # (checked against the registry by ``tuner.make_loop`` and each strategy as it reads them:
+    # settings sit below ``search`` and import nothing of it)
+    options: dict = field(default_factory=dict, hash=False)
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,8 @@ Use as ``Task(Matmul(...), target, template="tests.faulty_templates:crash")``. E
 ``variant`` knob (so the space is not empty) and, when applied, returns a hand-written TIR
 function with the matmul's signature instead of scheduling the given one: ``crash`` segfaults,
 ``hang`` loops for ~2^62 iterations, ``wrong`` drops the last reduction step. ``slow_build`` and
-``crash_build`` misbehave inside the builder instead.
+``crash_build`` misbehave inside the builder instead; ``broken`` is a template with a bug of its
+own (a Python error with a three-line message, raised two calls deep).
 """
 from __future__ import annotations
 
@@ -114,6 +115,18 @@ def crash_build(cfg, sch):
     cfg.choice("variant", (0, 1, 2))
     if isinstance(cfg, ConfigSource):
         os.kill(os.getpid(), signal.SIGSEGV)
+    return sch
+
+
+def _broken_helper(sch):
+    raise RuntimeError("the template's own bug\nsecond line of the message\nthird line")
+
+
+def broken(cfg, sch):
+    """Raises an error of its own (not a schedule step TVM refused) while a config is applied."""
+    cfg.choice("variant", (0, 1, 2))
+    if isinstance(cfg, ConfigSource):
+        _broken_helper(sch)
     return sch
 
 

@@ -186,14 +186,14 @@ def test_an_nvcc_past_its_time_is_killed_with_its_children(tmp_path):
     import subprocess
     import time
 
-    from tensortune.features.hardware_cuda import NvccError, _run
+    from tensortune.toolchain import NvccError, run_tool
 
     fake = tmp_path / "nvcc"
     fake.write_text("#!/bin/sh\nsleep 37.25 &\nwait\n")
     fake.chmod(0o755)
     start = time.perf_counter()
     with pytest.raises(NvccError):
-        _run([str(fake)], timeout_s=1)
+        run_tool([str(fake)], timeout_s=1)
     assert time.perf_counter() - start < 10
     time.sleep(0.5)
     left = subprocess.run(["pgrep", "-f", "sleep 37.25"], capture_output=True, text=True)

@@ -7,11 +7,12 @@ import math
 import numpy as np
 import pytest
 
-from tensortune.features import HardwareCPUFeatures, HardwareCUDAFeatures, make_extractor
-from tensortune.features import asm_cpu, asm_loops, hardware_cpu, hardware_cuda, ptx
-from tensortune.features.cfg import CodeLoop
-from tensortune.features.loop_map import (IRLoop, load_use_histogram, loop_trips, map_loops,
+from tensortune.analysis import asm_cpu, asm_loops, ptx
+from tensortune.analysis.cfg import CodeLoop
+from tensortune.analysis.loop_map import (IRLoop, load_use_histogram, loop_trips, map_loops,
                                           parallel_split)
+from tensortune.features import HardwareCPUFeatures, HardwareCUDAFeatures, make_extractor
+from tensortune.features import hardware_cpu, hardware_cuda
 from tensortune.measure.types import MeasureInput
 from tensortune.space import Config, task_space
 from tensortune.workload import Matmul, Task, default_target

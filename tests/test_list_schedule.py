@@ -7,11 +7,12 @@ import math
 import numpy as np
 import pytest
 
-from tensortune.features import ConcatFeatures, HardwareCPUFeatures, make_extractor
-from tensortune.features import asm_cpu, asm_loops, hardware_cpu
-from tensortune.features.ilp import IlpFeatures
-from tensortune.features.list_schedule import (FEATURE_NAMES, GOLDEN_COVE, ZEN, code_weights,
+from tensortune.analysis import asm_cpu, asm_loops
+from tensortune.analysis.list_schedule import (FEATURE_NAMES, GOLDEN_COVE, ZEN, code_weights,
                                                core_of, program_stats, schedule_block)
+from tensortune.features import ConcatFeatures, HardwareCPUFeatures, make_extractor
+from tensortune.features import hardware_cpu
+from tensortune.features.ilp import IlpFeatures
 from tensortune.features.store import FeatureStore
 from tensortune.measure.types import MeasureInput
 from tensortune.space import Config, task_space

@@ -55,7 +55,7 @@ def run(name, n, exclude=frozenset(), model=None, seed=0, settings=SearchSetting
 
 
 def test_strategy_table_names_the_strategies():
-    assert set(STRATEGIES) == {"random", "grid", "sa", "ga", "es"}
+    assert set(STRATEGIES) == {"random", "grid", "sa", "ga", "es", "hill"}
 
 
 @pytest.mark.parametrize("name,model", [("random", None), ("grid", None), ("sa", None),

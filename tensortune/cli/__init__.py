@@ -9,16 +9,29 @@
 * ``measure``: ``measure export|import`` (batches of CUDA candidates for a GPU host);
 * ``deploy``: ``export`` (a saved run as a directory that runs without the compiler);
 * ``service``: ``serve`` (the tuning service) and its clients ``submit``, ``jobs``, ``fetch``;
-* ``common``: the console and the helpers they share.
+* ``common``: the console and the helpers they share; ``logs``: ``--verbose`` and TVM's noise.
+
+``--verbose`` (before the command) logs each trial and other details at debug level, and lets
+TVM's own warnings through.
 """
 from __future__ import annotations
 
 import typer
 
-from . import costmodel, dataset, deploy, measure, model, ops, runs, schedule, service
+from . import costmodel, dataset, deploy, logs, measure, model, ops, runs, schedule, service
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="tensortune: tune tensor programs on Apache TVM.")
+
+
+@app.callback()
+def options(verbose: bool = typer.Option(
+        False, "--verbose", "-v",
+        help="debug logging (each trial, worker restarts) and TVM's own warnings")):
+    """tensortune: tune tensor programs on Apache TVM."""
+    logs.configure(verbose)
+
+
 ops.register(app)
 model.register(app)
 runs.register(app)

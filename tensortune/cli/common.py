@@ -15,6 +15,12 @@ def fail(message: str) -> None:
     raise typer.Exit(2)
 
 
+def choices(names, describe=None) -> str:
+    """A help text listing ``names`` (from a registry) as ``a | b``, each with its one-line
+    description when ``describe`` gives one: ``a (what a is) | b (...)``."""
+    return " | ".join(f"{n} ({describe(n)})" if describe else n for n in names)
+
+
 def split_names(text: str) -> list[str]:
     return [x.strip() for x in text.split(",") if x.strip()]
 

@@ -13,7 +13,8 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
-from .common import console, fail, load_or_fail, split_names
+from ..evaluation import MODELS
+from .common import choices, console, fail, load_or_fail, split_names
 
 costmodel_app = typer.Typer(add_completion=False, no_args_is_help=True,
                             help="Evaluate cost models on a dataset.")
@@ -120,7 +121,7 @@ def _run(fn, **kw):
 def eval_cmd(
     dataset: Path = typer.Option(..., help="dataset records file"),
     also: Optional[list[Path]] = typer.Option(None, help=ALSO_HELP),
-    model: str = typer.Option("xgb-rank", help="xgb-rank | xgb-reg | gtuner | ensemble"),
+    model: str = typer.Option("xgb-rank", help=choices(MODELS)),
     features: str = typer.Option("knob+itervar", help="e.g. knob, itervar, curve, knob+itervar"),
     split: str = typer.Option("by-task", help="by-task (transfer to unseen tasks) | by-model (leave "
                                              "one model out) | within-task"),
@@ -139,7 +140,7 @@ def eval_cmd(
     as_json: bool = typer.Option(False, "--json", help="end with one JSON object on stdout"),
 ):
     """Fit one cost model and report Pearson, Spearman, pairwise accuracy and top-k ratios."""
-    from ..evaluation import MODELS, evaluate
+    from ..evaluation import evaluate
 
     if model not in MODELS:
         fail(f"unknown cost model {model!r}; choose one of {', '.join(MODELS)}")
@@ -169,7 +170,7 @@ def compare_cmd(
     dataset: Path = typer.Option(..., help="dataset records file"),
     also: Optional[list[Path]] = typer.Option(None, help=ALSO_HELP),
     models: str = typer.Option("xgb-rank,xgb-reg,gtuner",
-                               help="comma-separated cost models (ensemble too)"),
+                               help="comma-separated cost models: " + choices(MODELS)),
     features: Optional[str] = typer.Option(None, help="comma-separated feature sets (default: "
                                            "knob, itervar, curve, knob+itervar, and the "
                                            "hardware ones when available)"),
@@ -188,7 +189,7 @@ def compare_cmd(
     as_json: bool = typer.Option(False, "--json", help="end with one JSON line on stdout"),
 ):
     """Every model x feature combination on one dataset, in one table."""
-    from ..evaluation import MODELS, default_feature_sets, evaluate
+    from ..evaluation import default_feature_sets, evaluate
 
     model_names = split_names(models)
     unknown = [m for m in model_names if m not in MODELS]

@@ -22,7 +22,8 @@ from typing import Optional
 
 import typer
 
-from .common import console, fail
+from ..tuner import SEARCHES, TUNERS, describe
+from .common import choices, console, fail
 
 # a model's batch: each reference stored as at most this (a strided sample above it)
 MODEL_REFERENCE_BYTES = 64 * 1024
@@ -98,10 +99,10 @@ def export(
                                          "cost model ranks best"),
     target: str = typer.Option("cuda:sm_90", help="cuda:<arch>"),
     batch: int = typer.Option(128, help="new candidates per workload or model task (built)"),
-    tuner: str = typer.Option("xgb", help="xgb | gtuner | ensemble | random | grid"),
+    tuner: str = typer.Option("xgb", help=choices(TUNERS, describe)),
     # knob: annealing scores thousands of configs per proposal, and itervar rows cost 70 ms each
     features: str = typer.Option("knob", help="cost-model features"),
-    search: str = typer.Option("sa", help="sa | ga | es"),
+    search: str = typer.Option("sa", help=choices(SEARCHES, describe)),
     log: Optional[Path] = typer.Option(None, help="records (default: <home>/logs/cuda.jsonl)"),
     best: int = typer.Option(0, help="also rebuild each workload's K fastest configs measured "
                                       "so far, to time them again (import skips them)"),
@@ -114,7 +115,6 @@ def export(
     from ..measure.cuda_export import ExportError, write_batch
     from ..settings import Settings
     from ..space import template_for
-    from ..tuner import TUNERS
     from ..tuner.offline import best_batch, propose_batch
     from ..workload import Task, parse_target
 

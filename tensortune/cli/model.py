@@ -12,7 +12,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from ..settings import Settings
-from .common import console
+from ..tuner import TUNERS, describe
+from .common import choices, console
 
 
 def tune_model(
@@ -23,7 +24,7 @@ def tune_model(
         None, help="input height and width (zoo image models; default: the model's own, 224 for "
         "most, 640 for YOLO, 256 for U-Net)"),
     scheduler: str = typer.Option("gradient", help="gradient | round-robin"),
-    tuner: str = typer.Option("xgb", help="xgb | random | grid"),
+    tuner: str = typer.Option("xgb", help=choices(TUNERS, describe)),
     cost_model: str = typer.Option("fresh", help="fresh (AutoTVM's: a new XGBoost per task) | "
                                    "pretrained (the shipped model, fine-tuned per task)"),
     hardware_free: bool = typer.Option(False, "--hardware-free",

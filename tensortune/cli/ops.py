@@ -12,9 +12,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from ..settings import Settings
+from ..tuner import SEARCHES, TUNERS, describe
 from ..workload import (OPS, Task, WorkloadError, missing_host_features, parse_target,
                         workload_from_dict)
-from .common import console
+from .common import choices, console
 
 
 def _ints(text: str, name: str, count: int) -> list[int]:
@@ -72,9 +73,9 @@ def tune_op(
     dilation: int = typer.Option(1, help="conv2d: dilation"),
     groups: int = typer.Option(1, help="conv2d: groups (= channels for depthwise)"),
     trials: int = typer.Option(256, help="measurement budget"),
-    tuner: str = typer.Option("xgb", help="xgb | gtuner | ensemble | random | grid"),
+    tuner: str = typer.Option("xgb", help=choices(TUNERS, describe)),
     features: str = typer.Option("knob", help="cost-model features, e.g. knob or knob+itervar"),
-    search: str = typer.Option("sa", help="model-guided search: sa (annealing) | ga (genetic)"),
+    search: str = typer.Option("sa", help="model-guided search: " + choices(SEARCHES, describe)),
     cost_model: str = typer.Option("fresh", help="fresh (a new XGBoost on --features) | "
                                    "pretrained (the shipped model, fine-tuned on this task)"),
     prescreen: Optional[str] = typer.Option(
@@ -95,7 +96,7 @@ def tune_op(
     """Tune one operator on this CPU (or an RPC device) and report the best kernel found."""
     from ..measure import DeviceUnavailable, RPCDevice, RPCRunner
     from ..peers import fma_peak_gflops
-    from ..tuner import COST_MODELS, MODEL_TUNERS, SEARCHES, TUNERS, tune_task
+    from ..tuner import COST_MODELS, MODEL_TUNERS, tune_task
 
     try:
         workload = workload_from_options(op, m, n, k, b, batch, in_features, out_features, bias,

@@ -8,6 +8,7 @@ import typer
 from rich.table import Table
 
 from .common import console
+from .logs import quiet_tvm
 from .model import _print_default_functions
 
 
@@ -21,7 +22,8 @@ def evaluate(run: str = typer.Argument(..., help="run id (see `tensortune runs`)
     except SessionError as err:
         console.print(f"[red]error:[/red] {err}")
         raise typer.Exit(2)
-    lat = session.evaluate(repeat=repeat)
+    with quiet_tvm():  # loading the VM executable logs a warning per memory scope
+        lat = session.evaluate(repeat=repeat)
     console.print(f"{session.run_id}: median {lat['median']:.2f} ms, mean {lat['mean']:.2f} ms, "
                   f"min {lat['min']:.2f} ms, std {lat['std']:.2f} ms over {repeat} runs")
     if as_json:
@@ -50,7 +52,8 @@ def profile(run: str = typer.Argument(..., help="run id (see `tensortune runs`) 
     except Exception as err:  # no C compiler or OpenMP here: the peak column stays empty
         console.print(f"[yellow]warning:[/yellow] no FMA peak ({err})")
         peak = None
-    report = session.profile(repeat=repeat, peak_gflops=peak).to_json()
+    with quiet_tvm():  # loading the VM executable logs a warning per memory scope
+        report = session.profile(repeat=repeat, peak_gflops=peak).to_json()
     table = Table(title=f"{session.run_id}: {report['latency_ms']:.3f} ms, "
                         f"{report['gflops']:.1f} GFLOP/s")
     for col in ("function", "calls", "ms", "share", "GFLOP/s", "of peak", "schedule"):

@@ -20,12 +20,12 @@ from pathlib import Path
 import numpy as np
 
 from ..measure.types import MeasureInput, MeasureResult
-from .base import read_parts, write_parts
+from .base import CostModel, ModelSpec, as_cost_model, read_parts, write_parts
 
 FORMAT = "tensortune.ensemble"
 
 
-class EnsembleModel:
+class EnsembleModel(CostModel):
     """The weighted mean of ``members``' standardized scores (see the module docstring)."""
 
     def __init__(self, members: Sequence, weights: Sequence[float] | None = None):
@@ -36,16 +36,25 @@ class EnsembleModel:
             raise ValueError(f"{len(members)} members but {len(weights)} weights")
         if any(w < 0 for w in weights) or sum(weights) <= 0:
             raise ValueError(f"weights must be >= 0 and not all 0, got {weights}")
-        self.members, self.weights = list(members), weights
+        self.members: list[CostModel] = [as_cost_model(m) for m in members]
+        self.weights = weights
         self._scale = [(0.0, 0.0)] * len(members)  # (mean, std) per member; std 0: no opinion
 
     @property
     def trained(self) -> bool:
-        return all(getattr(m, "trained", False) for m in self.members)
+        return all(m.trained for m in self.members)
 
     @property
     def extractor(self):
         return self.members[0].extractor
+
+    @property
+    def compiles(self) -> bool:
+        return any(m.compiles for m in self.members)
+
+    def close(self) -> None:
+        for member in self.members:
+            member.close()
 
     def pretrain(self, inputs: Sequence[MeasureInput], results: Sequence[MeasureResult]) -> None:
         """Pretrain every member on history (other tasks, earlier runs)."""
@@ -107,5 +116,7 @@ def default_ensemble(extractor, seed: int = 0, label: str = "absolute") -> Ensem
     return EnsembleModel([XGBoostModel(extractor, objective="reg", seed=seed, label=label),
                           GTunerModel(extractor, seed=seed, label=label)])
 
+
+SPEC = ModelSpec("ensemble", "XGBoost and GTuner voting", default_ensemble)
 
 __all__ = ["EnsembleModel", "default_ensemble"]

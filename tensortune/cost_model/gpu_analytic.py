@@ -26,6 +26,7 @@ import numpy as np
 
 from ..features.hardware_cuda import FEATURE_NAMES, GPUSpec, HardwareCUDAFeatures
 from ..measure.types import MeasureInput
+from .base import CostModel, ModelSpec
 
 ISSUE_COST = {"fma": 1.0, "arith": 1.0, "int": 2.0, "ld.global": 4.0, "ld.shared": 4.0,
               "ld.local": 8.0, "st.global": 4.0, "st.shared": 4.0, "st.local": 8.0, "bar": 2.0,
@@ -73,13 +74,14 @@ def predicted_seconds(row: np.ndarray, spec: GPUSpec = GPUSpec(),
     return max(compute_s, memory_s) + clock.launch_us * 1e-6
 
 
-class AnalyticGPUModel:
+class AnalyticGPUModel(CostModel):
     """A cost model with ``predict`` and nothing to fit: the predicted TFLOP/s of each input
     (``predicted_seconds`` of its ``hardware_cuda`` row), 0 for a config that cannot run."""
 
     name = "gpu-analytic"
     label_scale = 1.0  # predictions are TFLOP/s already
     compiles = True  # every prediction compiles its candidate (nvcc)
+    trained = True  # nothing to learn: its opinion holds from the start
 
     def __init__(self, extractor: HardwareCUDAFeatures | None = None,
                  spec: GPUSpec = GPUSpec(), clock: GPUClock = GPUClock()):
@@ -97,3 +99,8 @@ class AnalyticGPUModel:
             if math.isfinite(seconds):
                 out[i] = float(inp.task.workload.flops) / seconds / 1e12
         return out
+
+
+SPEC = ModelSpec("gpu-analytic", "Tuna's analytical GPU model over nvcc's PTX (nothing to fit)",
+                 lambda extractor=None, seed=0: AnalyticGPUModel(extractor), fresh=False,
+                 features="hardware_cuda")

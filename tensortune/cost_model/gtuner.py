@@ -39,14 +39,14 @@ import numpy as np
 from ..features import FeatureExtractor, make_extractor
 from ..features.graph import NODE_DIM, task_graph
 from ..measure.types import MeasureInput, MeasureResult
-from .base import LABELS, scale_labels, task_flops, throughput_labels
+from .base import LABELS, CostModel, ModelSpec, scale_labels, task_flops, throughput_labels
 
 FORMAT = "tensortune.gtuner"
 _STD_FLOOR = 0.5  # log2 units: features nearly constant in the first data are not blown up later
 _PREDICT_BATCH = 4096
 
 
-class GTunerModel:
+class GTunerModel(CostModel):
     """Graph attention cost model; higher score = predicted faster (see the module docstring).
 
     Deterministic for a given ``seed`` and sequence of calls. Until it has been trained on at
@@ -251,6 +251,9 @@ class GTunerModel:
 _SETTINGS = ("hidden", "gcn_layers", "heads", "tokens", "epochs", "finetune_epochs", "batch_size",
              "lr", "finetune_lr", "sample_budget", "rank_weight", "min_good", "seed",
              "label")
+
+
+SPEC = ModelSpec("gtuner", "graph attention network, GTuner's model", GTunerModel)
 
 
 def _task_ids(inputs) -> tuple[list, np.ndarray]:

@@ -7,8 +7,9 @@ Wrapped here, the search walks the space on the cheap model's scores (e.g. XGBoo
 the batch among those: a few hundred compilations per batch instead of thousands, with the
 costly model still deciding what gets measured. Both models learn from every measurement.
 
-The search reads ``prescreen`` (the cheap model) and ``shortlist``; everything else sees an
-ordinary cost model whose ``predict`` is the costly one's.
+``prescreen`` and ``shortlist`` are declared by every ``CostModel`` (None and 1 for a plain
+one): the search reads them; everything else sees an ordinary cost model whose ``predict``,
+``extractor``, ``trained`` and ``label_scale`` are the costly one's.
 """
 from __future__ import annotations
 
@@ -18,26 +19,46 @@ from pathlib import Path
 import numpy as np
 
 from ..measure.types import MeasureInput, MeasureResult
-from .base import read_parts, write_parts
+from .base import CostModel, as_cost_model, read_parts, write_parts
 
 FORMAT = "tensortune.prescreened"
 
 
-class Prescreened:
+class Prescreened(CostModel):
     """``costly`` choosing among the configs ``prescreen`` rates best (see the module docstring)."""
 
     def __init__(self, prescreen, costly, shortlist: int = 4):
         if shortlist < 1:
             raise ValueError(f"shortlist must be at least 1, got {shortlist}")
-        self.prescreen, self.costly, self.shortlist = prescreen, costly, shortlist
+        self.prescreen: CostModel = as_cost_model(prescreen)
+        # one object in both roles stays one (hardware-free tuning then searches and ranks once)
+        self._costly: CostModel = (self.prescreen if costly is prescreen
+                                   else as_cost_model(costly))
+        self.shortlist = shortlist
+
+    @property
+    def costly(self) -> CostModel:
+        return self._costly
 
     @property
     def trained(self) -> bool:
-        return bool(getattr(self.costly, "trained", False))
+        return self.costly.trained
 
     @property
     def extractor(self):
         return self.costly.extractor
+
+    @property
+    def label_scale(self) -> float | None:
+        return self.costly.label_scale
+
+    @property
+    def compiles(self) -> bool:
+        return self.costly.compiles
+
+    def close(self) -> None:
+        self.prescreen.close()
+        self.costly.close()
 
     def pretrain(self, inputs: Sequence[MeasureInput], results: Sequence[MeasureResult]) -> None:
         """Pretrain both models on history (other tasks, earlier runs)."""

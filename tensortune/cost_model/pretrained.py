@@ -23,7 +23,7 @@ import numpy as np
 
 from ..features import FeatureExtractor, make_extractor
 from ..measure.types import MeasureInput, MeasureResult
-from .base import task_flops, throughput_labels
+from .base import CostModel, ModelSpec, task_flops, throughput_labels
 
 FORMAT = "tensortune.pretrained"
 SHIPPED_CPU = Path(__file__).with_name("shipped") / "cpu.json"
@@ -33,7 +33,7 @@ SHIPPED_CPU_CHEAP = Path(__file__).with_name("shipped") / "cpu-itervar.json"
 SHIPPED_CUDA = {"sm_90": Path(__file__).with_name("shipped") / "cuda-sm90.json"}
 
 
-class PretrainedModel:
+class PretrainedModel(CostModel):
     """The base booster over ``extractor`` plus ``finetune_rounds`` trees per fit from the
     task's measurements (see the module docstring). ``label_scale`` is the TFLOP/s the base's
     label 1.0 stands for; ``provenance`` says what it was trained on."""
@@ -56,13 +56,6 @@ class PretrainedModel:
     @property
     def trained(self) -> bool:
         return True
-
-    @property
-    def compiles(self) -> bool:
-        """Whether a prediction compiles its candidate (features such as ``hardware_cuda``)."""
-        from ..features.store import COSTLY
-
-        return any(part in COSTLY for part in self.extractor.name.split("+"))
 
     def pretrain(self, inputs: Sequence[MeasureInput], results: Sequence[MeasureResult]) -> None:
         """History (earlier runs of other tasks) fine-tunes like the task's own records."""
@@ -136,6 +129,25 @@ class PretrainedModel:
         return cls(booster, extractor or make_extractor(doc["extractor"]), doc["label_scale"],
                    doc.get("provenance"), doc.get("finetune_rounds", 60),
                    doc.get("min_good", 4), doc.get("eta", 0.1), seed)
+
+
+    @classmethod
+    def shipped(cls, extractor: FeatureExtractor | None = None,
+                seed: int = 0) -> "PretrainedModel":
+        """The shipped CPU model over ``extractor``'s features: the cheap ``itervar`` one
+        (``SHIPPED_CPU_CHEAP``) by default, else the one on compiled features (``SHIPPED_CPU``)."""
+        cheap = extractor is None or extractor.name == "itervar"
+        model = cls.load(SHIPPED_CPU_CHEAP if cheap else SHIPPED_CPU, seed=seed)
+        if extractor is not None:
+            if extractor.name != model.extractor.name:
+                raise ValueError(f"no shipped model reads {extractor.name!r} features; they "
+                                 f"read itervar or {model.extractor.name!r}")
+            model.extractor = extractor
+        return model
+
+
+SPEC = ModelSpec("pretrained", "the shipped model, fine-tuned on the task", PretrainedModel.shipped,
+                 fresh=False, features="itervar")
 
 
 def _by_task(inputs: Sequence[MeasureInput]) -> dict:

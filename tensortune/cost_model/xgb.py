@@ -11,13 +11,13 @@ import numpy as np
 
 from ..features import FeatureExtractor, make_extractor
 from ..measure.types import MeasureInput, MeasureResult
-from .base import LABELS, scale_labels, task_flops, throughput_labels
+from .base import LABELS, CostModel, ModelSpec, scale_labels, task_flops, throughput_labels
 
 OBJECTIVES = {"rank": "rank:pairwise", "reg": "reg:squarederror"}
 FORMAT = "tensortune.xgb"
 
 
-class XGBoostModel:
+class XGBoostModel(CostModel):
     """Scores candidates by predicted throughput rank (``"rank"``) or normalized throughput (``"reg"``).
 
     Labels (``label``) are throughput in TFLOP/s (``"absolute"``, the default) or, as in
@@ -179,6 +179,9 @@ class XGBoostModel:
             booster.load_model(bytearray(base64.b64decode(doc["booster"])))
             model._booster, model._dim = booster, doc["dim"]
         return model
+
+
+SPEC = ModelSpec("xgb", "XGBoost, AutoTVM's model", XGBoostModel, objectives=("rank", "reg"))
 
 
 def _by_task(pairs: list, weight: float) -> list[tuple[list, float]]:

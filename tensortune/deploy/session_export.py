@@ -30,11 +30,10 @@ def reference_outputs(session, compiled, inputs, weights=None) -> list[np.ndarra
     build itself where this host runs it, else an untuned build of the model for this CPU."""
     if compiled.target.get("kind") == "llvm" and not missing_host_features(compiled.target):
         return (compiled if weights is None else compiled.with_weights(weights)).run(*inputs)
-    from ..session import model_from_spec
     from ..tasks import build_model
 
     threads = session.settings.measure.threads
-    model = session.model or model_from_spec(session.spec)
+    model = session.source_model()  # a method, not an import: deploy sits below session
     host = build_model(model, default_target(threads), None, threads=threads,
                        graph=session.graph)
     if weights is not None:

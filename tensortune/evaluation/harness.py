@@ -29,16 +29,22 @@ from __future__ import annotations
 
 import copy
 import time
+import types
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from ..cost_model import MODELS as COST_MODELS
 from ..dataset import Dataset, TaskData
 from ..features import ConcatFeatures, FeatureExtractor
 from .scores import METRICS, TOPK, EvalReport, TaskScore, score_task
 from .splits import Fold, history_fold, model_folds, record_split, task_folds
 
-MODELS = ("xgb-rank", "xgb-reg", "gtuner", "ensemble")
+# the registry's fresh models (``cost_model.MODELS``), one per objective: xgb-rank, xgb-reg, ...
+_BY_NAME = {name: (spec, objective)
+            for spec in COST_MODELS.values() if spec.fresh
+            for name, objective in zip(spec.harness_names, spec.objectives or (None,))}
+MODELS = tuple(_BY_NAME)
 SPLITS = ("by-task", "by-model", "within-task")
 MIN_SCORED = 5  # fewer successful test records than this make no meaningful correlation
 
@@ -46,23 +52,16 @@ ModelFactory = Callable[[FeatureExtractor], object]
 
 
 def make_model(name: str, extractor: FeatureExtractor, seed: int = 0, label: str | None = None):
-    """A fresh cost model by name: ``xgb-rank``, ``xgb-reg``, ``gtuner`` or ``ensemble`` (the
-    last two together), trained on ``label`` (``relative`` or ``absolute`` throughput; None: the
-    model's default)."""
+    """A fresh cost model by name (``MODELS``: ``xgb-rank``, ``xgb-reg``, ``gtuner``,
+    ``ensemble`` of the two, ...), trained on ``label`` (``relative`` or ``absolute``
+    throughput; None: the model's default)."""
+    if name not in _BY_NAME:
+        raise ValueError(f"unknown cost model {name!r}; choose one of {', '.join(MODELS)}")
+    spec, objective = _BY_NAME[name]
     options = {"seed": seed} if label is None else {"seed": seed, "label": label}
-    if name in ("xgb-rank", "xgb-reg"):
-        from ..cost_model import XGBoostModel
-
-        return XGBoostModel(extractor, objective=name.split("-")[1], **options)
-    if name == "gtuner":
-        from ..cost_model import GTunerModel
-
-        return GTunerModel(extractor, **options)
-    if name == "ensemble":
-        from ..cost_model import default_ensemble
-
-        return default_ensemble(extractor, **options)
-    raise ValueError(f"unknown cost model {name!r}; choose one of {', '.join(MODELS)}")
+    if objective is not None:
+        options["objective"] = objective
+    return spec.make(extractor, **options)
 
 
 def available_features() -> tuple[str, ...]:
@@ -173,7 +172,7 @@ def evaluate(dataset: Dataset, model: str | ModelFactory, features: str, split: 
         raise ValueError(f"unknown cost model {model!r}; choose one of {', '.join(MODELS)}")
     bank = bank or FeatureBank()
     extractor = bank.get(features)
-    name = model if isinstance(model, str) else getattr(model, "__name__", type(model).__name__)
+    name = model if isinstance(model, str) else _factory_name(model)
     if label is not None and isinstance(model, str):
         from ..cost_model.base import LABELS
 
@@ -213,6 +212,12 @@ def compare(dataset: Dataset, models: Sequence[str] = MODELS,
     bank = options.pop("bank", None) or FeatureBank()
     return [evaluate(dataset, m, f, bank=bank, **options)
             for f in (feature_sets or default_feature_sets()) for m in models]
+
+
+def _factory_name(factory: ModelFactory) -> str:
+    """A factory's own name (a function's or class's), else its type's (a ``partial``)."""
+    named = (types.FunctionType, types.BuiltinFunctionType, types.MethodType, type)
+    return factory.__name__ if isinstance(factory, named) else type(factory).__name__
 
 
 class _Run:

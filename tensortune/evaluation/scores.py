@@ -38,9 +38,14 @@ class TaskScore:
     source: str = ""  # the task's source model (TaskInfo.source)
 
     def metric(self, name: str) -> float | None:
+        """The value of one of ``METRICS``."""
         if name.startswith("top"):
             return dict(self.topk).get(int(name[3:]))
-        return getattr(self, name)
+        correlations = {"pearson": self.pearson, "spearman": self.spearman,
+                        "pairwise": self.pairwise}
+        if name not in correlations:
+            raise ValueError(f"unknown metric {name!r}; known: {', '.join(METRICS)}")
+        return correlations[name]
 
     def to_json(self) -> dict:
         out = {"task": self.task, "op": self.op, "source": self.source, "n_train": self.n_train,

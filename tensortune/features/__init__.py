@@ -1,4 +1,9 @@
-"""Feature extractors: candidates (task, config) to fixed-width float rows for cost models."""
+"""Feature extractors: candidates (task, config) to fixed-width float rows for cost models.
+
+One module per extractor (plus ``base``, ``isolate``: rows in worker processes, ``store``: rows
+kept on disk); the analyses of generated code they share with the builders (assembly, PTX,
+loops) are in ``tensortune.analysis``.
+"""
 from __future__ import annotations
 
 from .base import CachedExtractor, ConcatFeatures, FeatureExtractor

@@ -19,11 +19,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..analysis import asm_cpu, asm_loops
+from ..analysis.loop_map import (LOAD_USE_NAMES, IRLoop, innermost, instruction_weights,
+                                 ir_loops, load_use_histogram, log2p, loop_trips, loop_weights,
+                                 map_loops)
 from ..measure.types import MeasureInput
-from . import asm_cpu, asm_loops
 from .base import CachedExtractor
-from .loop_map import (LOAD_USE_NAMES, IRLoop, innermost, instruction_weights, ir_loops,
-                       load_use_histogram, log2p, loop_trips, loop_weights, map_loops)
 
 CLASS_NAMES = tuple(f"{c}_{v}" for c in asm_cpu.VECTOR_CLASSES for v in ("vec", "scalar")) + (
     "int", "branch", "other")
@@ -264,7 +265,7 @@ class HardwareCPUFeatures(CachedExtractor):
 
     def ilp_rows(self, inputs) -> np.ndarray:
         """The ``list_schedule.FEATURE_NAMES`` rows of ``inputs`` (turns ``ilp`` on)."""
-        from .list_schedule import FEATURE_NAMES as ILP_NAMES
+        from ..analysis.list_schedule import FEATURE_NAMES as ILP_NAMES
 
         rows = super(HardwareCPUFeatures, self.with_ilp()).extract(inputs)
         return rows[:, len(FEATURE_NAMES):] if len(inputs) else np.zeros((0, len(ILP_NAMES)),
@@ -276,7 +277,7 @@ class HardwareCPUFeatures(CachedExtractor):
     def _failed_row(self) -> np.ndarray:
         if not self.ilp:
             return invalid_row()
-        from . import list_schedule
+        from ..analysis import list_schedule
 
         return np.concatenate([invalid_row(), list_schedule.invalid_row()])
 
@@ -297,7 +298,7 @@ class HardwareCPUFeatures(CachedExtractor):
         row = feature_row(profile(prog, ir, cores, dynamic), ir, inp.task.workload.flops, cores)
         if not self.ilp:
             return row
-        from . import list_schedule
+        from ..analysis import list_schedule
 
         ratio = float(row[_RATIO])  # scaled up as the counts are (``cover_workload``)
         scale = 1.0 / ratio if 0.0 < ratio < MIN_WORK_RATIO else 1.0

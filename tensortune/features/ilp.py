@@ -6,9 +6,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ..analysis.list_schedule import FEATURE_NAMES
 from ..measure.types import MeasureInput
 from .hardware_cpu import HardwareCPUFeatures
-from .list_schedule import FEATURE_NAMES
 
 
 class IlpFeatures:

@@ -13,9 +13,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..measure.builder import PRELOAD, _load_heavy_modules, job_task, task_job
 from ..measure.pool import JobFailure, WorkerPool
 from ..measure.types import MeasureInput
+from ..toolchain import PRELOAD, job_task, load_heavy_modules, task_job
 
 
 @functools.lru_cache(maxsize=8)
@@ -43,7 +43,7 @@ class IsolatedRows:
     def __init__(self, cls, kwargs: dict, workers: int, timeout_s: float):
         self.cls, self.kwargs = cls, tuple(sorted(kwargs.items()))
         self.timeout_s = timeout_s
-        self._pool = WorkerPool(workers, initializer=_load_heavy_modules, preload=PRELOAD)
+        self._pool = WorkerPool(workers, initializer=load_heavy_modules, preload=PRELOAD)
 
     def compute(self, inputs: Sequence[MeasureInput]) -> list[np.ndarray | JobFailure]:
         """One row or ``JobFailure`` (timeout, crash, error) per input, in order."""

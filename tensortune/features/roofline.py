@@ -21,9 +21,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ..analysis.ports import PortModel, ports_of
 from ..measure.types import MeasureInput
 from .hardware_cpu import DYNAMIC, FEATURE_NAMES as HW_NAMES
-from .ports import PortModel, ports_of
 
 
 RESOURCES = ("fp", "load", "store", "shuffle", "issue")

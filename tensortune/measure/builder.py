@@ -9,40 +9,15 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 
+from ..errors import full_text, raise_if_strict, set_strict, strict
+# task_job and job_task are used from here too (measure.cuda_export, tests)
+from ..toolchain import PRELOAD, job_task, load_heavy_modules, task_job  # noqa: F401
 from .link import fast_link
 from .pool import CRASHED, TIMEOUT, JobFailure, WorkerPool, first_line, pin_and_init
 from .types import BuildResult, ErrorKind, MeasureInput
 
 # a batch's time limit per build: seconds, or a function of the build times seen so far
 BuildDeadline = float | Callable[[Sequence[float]], float]
-
-
-def task_job(task, tir: bool = False) -> dict:
-    """A task as plain data that a worker turns back into a ``Task`` (``job_task``). ``tir``
-    adds a fused function's TIR as TVM's JSON, which loads 10x faster than its script parses:
-    for jobs, never for records."""
-    to_job = getattr(task.workload, "to_job", None) if tir else None
-    return {"workload": to_job() if to_job else task.workload.to_dict(), "target": task.target,
-            "template": task.template}
-
-
-def job_task(t: dict):
-    """The ``Task`` of a ``task_job`` dict."""
-    from ..workload import PrimFuncWorkload, Task, workload_from_dict
-
-    doc = PrimFuncWorkload.adopt_job(t["workload"]) if "tir" in t["workload"] else t["workload"]
-    return Task(workload_from_dict(doc), t["target"], t["template"])
-
-
-# what a build worker imports; a forkserver imports it once (a worker replaced after a build
-# timeout starts in 20 ms, not 3 s)
-PRELOAD = ("tvm", "tensortune.space", "tensortune.workload", "tensortune.measure.prepack")
-
-
-def _load_heavy_modules() -> None:
-    import tvm  # noqa: F401
-
-    from .. import space, workload  # noqa: F401
 
 
 @functools.lru_cache(maxsize=32)
@@ -54,21 +29,25 @@ def _space(task):
     return task_space(task)
 
 
-def _build_one(job: dict) -> tuple[str, str, str | None, float, dict | None]:
-    """Worker side: ``(error kind, message, library path, seconds, prepack)`` for one
-    candidate."""
+def _build_one(job: dict) -> tuple[str, str, str | None, float, dict | None, str]:
+    """Worker side: ``(error kind, message, library path, seconds, prepack, detail)`` for one
+    candidate (``detail``: an error's full text)."""
     import tvm
 
     from ..space import Config, InvalidConfigError, apply_config
     from .prepack import split_prepack
 
+    set_strict(job.get("strict"))  # the parent's switch: template application reads it here
     start = time.perf_counter()
     try:
         task = job_task(job["task"])
         sch = apply_config(task, Config.from_json(job["config"]), _space(task))
     except InvalidConfigError as err:
+        # a template's own refusal says all in its message; a step that failed (TVM's refusal,
+        # or a bug in the template) has its cause's traceback kept for errors.log
+        whole = err.__cause__ is None and len(str(err)) <= 300 and "\n" not in str(err)
         return (ErrorKind.INVALID_CONFIG.value, str(err)[:300], None, time.perf_counter() - start,
-                None)
+                None, "" if whole else full_text(err))
     if task.target.get("kind") == "cuda":
         return _build_cuda(task, sch, job["dir"], start)
     try:
@@ -77,10 +56,11 @@ def _build_one(job: dict) -> tuple[str, str, str | None, float, dict | None]:
         path = os.path.join(job["dir"], f"{uuid.uuid4().hex}.so")
         executable.export_library(path, fcompile=fast_link)
     except Exception as err:  # TVM lowering/codegen errors and linker failures alike
+        # (in strict mode the parent raises it: see _to_result)
         return (ErrorKind.COMPILE_ERROR.value, first_line(err), None, time.perf_counter() - start,
-                None)
+                None, full_text(err))
     return (ErrorKind.NONE.value, "", path, time.perf_counter() - start,
-            prepack.to_json() if prepack else None)
+            prepack.to_json() if prepack else None, "")
 
 
 def _build_cuda(task, sch, out_dir: str, start: float):
@@ -91,8 +71,8 @@ def _build_cuda(task, sch, out_dir: str, start: float):
         path = build_cuda(task, sch, out_dir)
     except Exception as err:  # nvcc failures, kernels the runner cannot launch, TVM errors
         return (ErrorKind.COMPILE_ERROR.value, first_line(err), None, time.perf_counter() - start,
-                None)
-    return ErrorKind.NONE.value, "", path, time.perf_counter() - start, None
+                None, full_text(err))
+    return ErrorKind.NONE.value, "", path, time.perf_counter() - start, None, ""
 
 
 class LocalBuilder:
@@ -110,14 +90,14 @@ class LocalBuilder:
         os.makedirs(self.workdir, exist_ok=True)
         self.cpus = tuple(cpus) if cpus else None
         self._pool = WorkerPool(workers, initializer=functools.partial(
-            pin_and_init, self.cpus, _load_heavy_modules), preload=PRELOAD)
+            pin_and_init, self.cpus, load_heavy_modules), preload=PRELOAD)
 
     def build(self, inputs: list[MeasureInput], limit: BuildDeadline | None = None) -> list[BuildResult]:
         """One ``BuildResult`` per input, in order; failures are results, never exceptions.
         ``limit`` replaces the builder's time limit for this batch (seconds, or a function of
         the build times this batch has seen so far)."""
         jobs = [{"task": task_job(i.task, tir=True), "config": i.config.to_json(),
-                 "dir": self.workdir} for i in inputs]
+                 "dir": self.workdir, "strict": strict()} for i in inputs]
         return [_to_result(r) for r in self._pool.map(_build_one, jobs, limit or self.timeout_s)]
 
     def close(self) -> None:
@@ -133,11 +113,18 @@ class LocalBuilder:
 
 
 def _to_result(reply) -> BuildResult:
+    # Builds fail in workers, as values; strict mode raises them here, in the caller. A config
+    # the template itself refuses (InvalidConfigError) stays a value even then: spaces hold
+    # invalid configs by design, and a step TVM refuses raises in the worker when strict.
     if isinstance(reply, JobFailure):
         if reply.kind == TIMEOUT:
             return BuildResult(None, reply.limit_s, ErrorKind.TIMEOUT,
                                f"build exceeded {reply.limit_s:.3g} s")
         prefix = "build worker crashed: " if reply.kind == CRASHED else ""
-        return BuildResult(None, 0.0, ErrorKind.COMPILE_ERROR, prefix + reply.message)
-    kind, message, path, seconds, prepack = reply
-    return BuildResult(path, seconds, ErrorKind(kind), message, prepack)
+        raise_if_strict(f"build failed: {prefix}{reply.message}", reply.detail)
+        return BuildResult(None, 0.0, ErrorKind.COMPILE_ERROR, prefix + reply.message,
+                           detail=reply.detail)
+    kind, message, path, seconds, prepack, detail = reply
+    if kind == ErrorKind.COMPILE_ERROR.value:
+        raise_if_strict(f"build failed: {message}", detail)
+    return BuildResult(path, seconds, ErrorKind(kind), message, prepack, detail)

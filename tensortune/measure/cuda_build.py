@@ -12,7 +12,8 @@ import json
 import os
 import uuid
 
-NVCC = "/usr/local/bin/nvcc"
+from ..toolchain import NVCC
+
 AXES = ("x", "y", "z")
 
 
@@ -24,13 +25,14 @@ class UnsupportedKernel(ValueError):
 def build_cuda(task, sch, out_dir: str, nvcc: str = NVCC, timeout_s: float = 120.0) -> str:
     """Compile scheduled ``sch`` of CUDA ``task`` into ``out_dir``; the cubin's path.
 
-    Raises ``features.hardware_cuda.NvccError`` when nvcc fails and ``UnsupportedKernel`` for
+    Raises ``toolchain.NvccError`` when nvcc fails and ``UnsupportedKernel`` for
     kernels the device runner cannot launch."""
     import tvm
 
-    from ..features.hardware_cuda import cuda_row, compile_cuda
-    from ..features.loop_map import thread_extents
+    from ..analysis.cuda_row import cuda_row
+    from ..analysis.loop_map import thread_extents
     from ..space.cuda_template import device_functions, lower_for_cuda
+    from ..toolchain import compile_cuda
 
     target = task.tvm_target()
     lowered = lower_for_cuda(sch.mod, target)
@@ -38,6 +40,8 @@ def build_cuda(task, sch, out_dir: str, nvcc: str = NVCC, timeout_s: float = 120
     if not kernels:
         raise UnsupportedKernel("the schedule lowered to no CUDA kernel")
     params = [str(p.name) for p in sch.mod["main"].params]
+    allocated = _host_buffers(lowered["main"].body)
+    scratch: list[dict] = []  # global buffers the host allocates (a split-K's partial sums)
     specs = []
     for name, func in kernels:
         launch = [str(t) for t in func.attrs.get("tirx.kernel_launch_params", [])]
@@ -52,7 +56,8 @@ def build_cuda(task, sch, out_dir: str, nvcc: str = NVCC, timeout_s: float = 120
             "grid": [int(extents.get(f"blockIdx.{a}", 1)) for a in AXES],
             "block": [int(extents.get(f"threadIdx.{a}", 1)) for a in AXES],
             "shared_bytes": 0,
-            "args": [_buffer_index(name, str(p.name), params) for p in func.params],
+            "args": [_buffer_index(name, str(p.name), params, allocated, scratch)
+                     for p in func.params],
         })
     executable = tvm.compile(sch.mod, target=target)
     source = executable.mod.imports[0].inspect_source("cuda")
@@ -61,7 +66,8 @@ def build_cuda(task, sch, out_dir: str, nvcc: str = NVCC, timeout_s: float = 120
                                     timeout_s, cubin_path=stem + ".cubin")
     row = cuda_row(kernels, ptx_text, report)
     with open(stem + ".json", "w") as f:
-        json.dump({"kernels": specs, "hardware_cuda": [float(v) for v in row]}, f)
+        json.dump({"kernels": specs, "scratch": scratch,
+                   "hardware_cuda": [float(v) for v in row]}, f)
     return stem + ".cubin"
 
 
@@ -71,13 +77,43 @@ def launch_spec(cubin_path: str) -> dict:
         return json.load(f)
 
 
-def _buffer_index(kernel: str, param: str, params: list[str]) -> int:
+def _buffer_index(kernel: str, param: str, params: list[str], allocated: dict,
+                  scratch: list[dict]) -> int:
+    """The index of a kernel parameter among the function's buffers, then the scratch
+    buffers (added to ``scratch`` as first seen)."""
     # SplitHostDevice names a kernel's pointer to buffer B "B_ptr"
     base = param[:-4] if param.endswith("_ptr") else param
-    if base not in params:
-        raise UnsupportedKernel(f"kernel {kernel}: parameter {param!r} is none of the "
-                                f"function's buffers {params}")
-    return params.index(base)
+    if base in params:
+        return params.index(base)
+    names = [s["name"] for s in scratch]
+    if base not in names:
+        if base not in allocated:
+            raise UnsupportedKernel(f"kernel {kernel}: parameter {param!r} is none of the "
+                                    f"function's buffers {params} nor a buffer it allocates")
+        scratch.append({"name": base, **allocated[base]})
+        names.append(base)
+    return len(params) + names.index(base)
+
+
+def _host_buffers(stmt) -> dict[str, dict]:
+    """Global buffers the lowered host function allocates: ``{name: {"shape", "dtype"}}``."""
+    out: dict[str, dict] = {}
+    todo = [stmt]
+    while todo:
+        node = todo.pop()
+        if node is None:
+            continue
+        kind = type(node).__name__
+        if kind == "AllocBuffer" and node.buffer.scope() == "global":
+            out[str(node.buffer.name)] = {"shape": [int(x) for x in node.buffer.shape],
+                                          "dtype": str(node.buffer.dtype)}
+        if kind == "SeqStmt":
+            todo.extend(node.seq)
+        elif kind == "IfThenElse":
+            todo.extend((node.then_case, node.else_case))
+        else:
+            todo.append(getattr(node, "body", None))
+    return out
 
 
 def _in_call_order(lowered, kernels: list) -> list:

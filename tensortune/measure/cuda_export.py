@@ -102,7 +102,7 @@ def write_batch(out_dir: str | os.PathLike, items: list[tuple[MeasureInput, Buil
         spec = launch_spec(build.path)
         candidates.append({
             "index": index, "key": candidate_key(inp), "data": name, "module": module,
-            "kernels": spec["kernels"],
+            "kernels": spec["kernels"], "scratch": spec.get("scratch", []),
             "record": {"task": inp.task.key, "config": inp.config.to_json(),
                        "build_s": round(build.build_s, 3),
                        "features": {"hardware_cuda": spec.get("hardware_cuda")}},

@@ -44,7 +44,8 @@ class CUDARemoteRunner:
         """One result per input, in order; every output is checked on the device."""
         results: list[MeasureResult | None] = [
             None if b.error is ErrorKind.NONE else
-            MeasureResult((), b.error, b.message, build_s=b.build_s, timestamp=time.time())
+            MeasureResult((), b.error, b.message, build_s=b.build_s, timestamp=time.time(),
+                          detail=b.detail)
             for b in builds]
         todo = [i for i, r in enumerate(results) if r is None]
         if todo:

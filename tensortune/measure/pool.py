@@ -12,6 +12,7 @@ A replacement that fails to start is tried again, up to ``REPLACE_ATTEMPTS`` tim
 from __future__ import annotations
 
 import contextlib
+import logging
 import multiprocessing as mp
 import os
 import signal
@@ -23,6 +24,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import wait
 
+from ..errors import full_text
+
 TIMEOUT = "timeout"
 CRASHED = "crashed"
 ERROR = "error"  # the job raised; the worker is fine
@@ -33,6 +36,8 @@ STARTUP_TIMEOUT_S = 300.0  # importing TVM on a loaded 2-core machine can take a
 REPLACE_ATTEMPTS = 3
 REPLACE_BACKOFF_S = 1.0
 
+log = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True)
 class JobFailure:
@@ -42,6 +47,7 @@ class JobFailure:
     message: str
     exitcode: int | None = None
     limit_s: float = 0.0  # for TIMEOUT: the limit the job overran
+    detail: str = ""  # for ERROR: the job's traceback (``message`` is its first line)
 
 
 def describe_exit(exitcode: int | None) -> str:
@@ -90,7 +96,7 @@ def _serve(conn, initializer, affinity) -> None:
         try:
             reply = ("ok", fn(job))
         except Exception as err:  # report, keep serving: one bad job must not cost a restart
-            reply = ("error", first_line(err))
+            reply = ("error", (first_line(err), full_text(err)))
         conn.send(reply)
 
 
@@ -196,6 +202,8 @@ class WorkerPool:
             try:
                 w.await_ready()
             except RuntimeError as err:
+                log.warning("replacement worker failed to start (attempt %d of %d): %s",
+                            attempt, REPLACE_ATTEMPTS, err)
                 if attempt == REPLACE_ATTEMPTS:
                     raise RuntimeError(f"could not replace a worker in {attempt} attempts; "
                                        f"the last: {err}") from None
@@ -239,9 +247,12 @@ class WorkerPool:
                     except (EOFError, OSError):
                         code = worker.kill()
                         results[index] = JobFailure(CRASHED, f"worker died ({describe_exit(code)})", code)
+                        log.debug("job %d crashed its worker (%s); replacing it", index,
+                                  describe_exit(code))
                         self._replace(slot)
                     else:
-                        results[index] = value if status == "ok" else JobFailure(ERROR, value)
+                        results[index] = (value if status == "ok" else
+                                          JobFailure(ERROR, value[0], detail=value[1]))
                         if status == "ok":
                             done_s.append(time.monotonic() - start)
                             limit = limit_of(done_s)
@@ -249,6 +260,7 @@ class WorkerPool:
                     worker.kill()
                     results[index] = JobFailure(TIMEOUT, f"no result within {limit:g} s",
                                                 limit_s=limit)
+                    log.debug("job %d overran %g s; killed its worker, replacing it", index, limit)
                     self._replace(slot)
                 else:
                     continue

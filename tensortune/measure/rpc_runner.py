@@ -92,7 +92,8 @@ class RPCRunner:
         for inp, build, check in zip(inputs, builds, verify, strict=True):
             if build.error is not ErrorKind.NONE:
                 results.append(MeasureResult((), build.error, build.message, build_s=build.build_s,
-                                             timestamp=time.time(), device=self.device.name))
+                                             timestamp=time.time(), device=self.device.name,
+                                             detail=build.detail))
                 continue
             job = {"device": self.device.__dict__, "session": self._token, "path": build.path,
                    "workload": inp.task.workload.to_dict(), "seed": self.seed,

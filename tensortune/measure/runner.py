@@ -6,6 +6,7 @@ import os
 import time
 from typing import Protocol, runtime_checkable
 
+from ..errors import raise_if_strict
 from ..settings import MeasureSettings
 from .pool import CRASHED, TIMEOUT, JobFailure, WorkerPool, pin_and_init
 from .types import BuildResult, ErrorKind, MeasureInput, MeasureResult
@@ -158,7 +159,7 @@ class LocalRunner:
         for inp, build, check in zip(inputs, builds, verify, strict=True):
             if build.error is not ErrorKind.NONE:
                 results.append(MeasureResult((), build.error, build.message, build_s=build.build_s,
-                                             timestamp=time.time()))
+                                             timestamp=time.time(), detail=build.detail))
                 continue
             why = self._why_unrunnable(inp.task.target)
             if why:
@@ -223,9 +224,11 @@ def _to_result(reply, build_s: float, run_s: float, timeout_s: float) -> Measure
             kind, message = ErrorKind.TIMEOUT, f"run exceeded {timeout_s:g} s"
         elif reply.kind == CRASHED:
             kind, message = ErrorKind.RUNTIME_ERROR, f"candidate crashed the runner: {reply.message}"
-        else:
+        else:  # the job raised in the worker: in strict mode, raised here
             kind, message = ErrorKind.RUNTIME_ERROR, reply.message[:300]
-        return MeasureResult((), kind, message, build_s=build_s, run_s=run_s, timestamp=stamp)
+            raise_if_strict(f"run failed: {message}", reply.detail)
+        return MeasureResult((), kind, message, build_s=build_s, run_s=run_s, timestamp=stamp,
+                             detail=reply.detail)
     kind, costs, verified, message, _ = reply
     kind = ErrorKind(kind)
     costs = costs if kind is ErrorKind.NONE else ()

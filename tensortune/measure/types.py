@@ -32,6 +32,7 @@ class BuildResult:
 
     ``prepack`` (a ``measure.prepack.Prepack`` as JSON) says the library also holds a
     ``prepack`` function to run once on its constant weights before ``main`` is timed.
+    ``message`` is an error's first line, ``detail`` its full text (the traceback).
     """
 
     path: str | None
@@ -39,12 +40,15 @@ class BuildResult:
     error: ErrorKind = ErrorKind.NONE
     message: str = ""
     prepack: dict | None = None
+    detail: str = field(default="", repr=False)
 
 
 @dataclass(frozen=True)
 class MeasureResult:
     """Timings in seconds (one per repeat) or an error; ``verified`` if checked against numpy;
-    ``device`` names where it ran (empty: this machine)."""
+    ``device`` names where it ran (empty: this machine). ``message`` is an error's first line,
+    which records keep; ``detail`` its full text (a traceback), which goes to ``errors.log``
+    only and does not make two results unequal."""
 
     costs: tuple[float, ...]
     error: ErrorKind = ErrorKind.NONE
@@ -54,6 +58,7 @@ class MeasureResult:
     verified: bool = False
     timestamp: float = field(default=0.0)
     device: str = ""
+    detail: str = field(default="", repr=False, compare=False)
 
     @property
     def ok(self) -> bool:

@@ -17,7 +17,18 @@ import numpy as np
 
 from ..settings import SearchSettings
 from ..space import Config, ConfigSpace
+from .base import Strategy, setting
 from .guided import propose_guided
+
+OPTIONS = {
+    "chains": setting("sa_chains", "chains walking side by side"),
+    "steps": setting("sa_steps", "steps per run"),
+    "early_stop": setting("sa_early_stop", "end a run after this many steps without a change "
+                                           "in the best configs found (0: never)"),
+    "restarts": setting("sa_restarts", "further runs from fresh random points"),
+    "t_start": setting("sa_t_start", "temperature at the first step"),
+    "t_end": setting("sa_t_end", "temperature at the last step"),
+}
 
 
 def propose(space: ConfigSpace, model, task, n: int, exclude: Collection[Config],
@@ -27,6 +38,9 @@ def propose(space: ConfigSpace, model, task, n: int, exclude: Collection[Config]
     from ``seeds`` (best measured configs) and random points, with a fraction
     ``settings.epsilon`` replaced by random unexplored configs. Without a model: random."""
     return propose_guided(anneal, space, model, task, n, exclude, rng, settings, seeds)
+
+
+STRATEGY = Strategy("sa", "simulated annealing, AutoTVM's", propose, OPTIONS, guided=True)
 
 
 def anneal(space: ConfigSpace, score: Callable[[list[Config]], np.ndarray], n: int,

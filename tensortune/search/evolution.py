@@ -19,7 +19,16 @@ import numpy as np
 from ..settings import SearchSettings
 from ..space import Config, ConfigSpace
 from .annealing import _TopN
+from .base import Strategy, setting
 from .guided import propose_guided
+
+OPTIONS = {
+    "starts": setting("es_starts", "search distributions evolved side by side"),
+    "population": setting("es_population", "perturbations per start and generation"),
+    "generations": setting("es_generations", "generations"),
+    "sigma": setting("es_sigma", "noise, in units of a knob's whole range"),
+    "lr": setting("es_lr", "step size"),
+}
 
 
 def propose(space: ConfigSpace, model, task, n: int, exclude: Collection[Config],
@@ -28,6 +37,9 @@ def propose(space: ConfigSpace, model, task, n: int, exclude: Collection[Config]
     """Up to ``n`` distinct configs not in ``exclude``: the model's favourites found by
     evolution strategies from ``seeds`` and random points (see the module docstring)."""
     return propose_guided(evolve, space, model, task, n, exclude, rng, settings, seeds)
+
+
+STRATEGY = Strategy("es", "evolution strategies, Tuna's", propose, OPTIONS, guided=True)
 
 
 def evolve(space: ConfigSpace, score: Callable[[list[Config]], np.ndarray], n: int,

@@ -17,7 +17,16 @@ import numpy as np
 
 from ..settings import SearchSettings
 from ..space import Config, ConfigSpace
+from .base import Strategy, setting
 from .guided import propose_guided
+
+OPTIONS = {
+    "population": setting("ga_population", "individuals per generation"),
+    "generations": setting("ga_generations", "generations bred"),
+    "elite": setting("ga_elite", "best individuals kept unchanged"),
+    "tournament": setting("ga_tournament", "individuals per parent-picking tournament"),
+    "mutation": setting("ga_mutation", "chance that a child also takes one neighbour step"),
+}
 
 
 def propose(space: ConfigSpace, model, task, n: int, exclude: Collection[Config],
@@ -27,6 +36,10 @@ def propose(space: ConfigSpace, model, task, n: int, exclude: Collection[Config]
     a population from ``seeds`` and random points, with a fraction ``settings.epsilon`` replaced
     by random unexplored configs. Without a model: random."""
     return propose_guided(evolve, space, model, task, n, exclude, rng, settings, seeds)
+
+
+STRATEGY = Strategy("ga", "genetic algorithm, GTuner's and Ansor's", propose, OPTIONS,
+                    guided=True)
 
 
 def evolve(space: ConfigSpace, score: Callable[[list[Config]], np.ndarray], n: int,

@@ -7,6 +7,7 @@ import numpy as np
 
 from ..settings import SearchSettings
 from ..space import Config, ConfigSpace
+from .base import Strategy
 
 
 def propose(space: ConfigSpace, model, task, n: int, exclude: Collection[Config],
@@ -21,3 +22,6 @@ def propose(space: ConfigSpace, model, task, n: int, exclude: Collection[Config]
             out.append(config)
         index += 1
     return out
+
+
+STRATEGY = Strategy("grid", "configs in index order, no model", propose)

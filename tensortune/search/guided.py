@@ -6,6 +6,7 @@ from collections.abc import Callable, Collection, Sequence
 
 import numpy as np
 
+from ..cost_model.base import as_cost_model
 from ..measure.types import MeasureInput
 from ..settings import SearchSettings
 from ..space import Config, ConfigSpace
@@ -26,6 +27,7 @@ def propose_guided(optimize: Optimizer, space: ConfigSpace, model, task, n: int,
         return []
     if model is None:
         return sample_unexplored(space, n, rng, exclude)
+    model = as_cost_model(model)
 
     def scorer(m):
         def score(configs: list[Config]) -> np.ndarray:
@@ -34,7 +36,7 @@ def propose_guided(optimize: Optimizer, space: ConfigSpace, model, task, n: int,
 
     n_random = min(n, int(round(settings.epsilon * n)))
     n_best = n - n_random
-    prescreen = getattr(model, "prescreen", None)
+    prescreen = model.prescreen
     if n_best <= 0:
         best = []
     elif prescreen is None:

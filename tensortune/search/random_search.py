@@ -7,6 +7,7 @@ import numpy as np
 
 from ..settings import SearchSettings
 from ..space import Config, ConfigSpace
+from .base import Strategy
 
 # below this size an exhausted-looking space is enumerated instead of sampled
 ENUMERATE_MAX = 200_000
@@ -17,6 +18,9 @@ def propose(space: ConfigSpace, model, task, n: int, exclude: Collection[Config]
             seeds: Sequence[Config] = ()) -> list[Config]:
     """Up to ``n`` distinct uniformly random configs not in ``exclude``."""
     return sample_unexplored(space, n, rng, exclude)
+
+
+STRATEGY = Strategy("random", "uniform random configs, no model", propose)
 
 
 def sample_unexplored(space: ConfigSpace, n: int, rng: np.random.Generator,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
+from ..errors import strict
 from .config import Config
 from .knobs import ChoiceKnob, Knob, SplitKnob
 from .space import ConfigSpace, InvalidConfigError
@@ -85,6 +86,8 @@ def apply_template(template: TemplateFn, prim_func, space: ConfigSpace, config: 
     except InvalidConfigError:
         raise
     except Exception as err:  # TVM raises ScheduleError/TVMError subclasses for illegal steps
+        if strict():  # TENSORTUNE_STRICT: the template's own error, not an invalid config
+            raise
         raise InvalidConfigError(f"schedule step failed: {str(err).splitlines()[0][:300]}") from err
     # a template may return a schedule of its own (e.g. a hand-written function) instead of mutating
     return sch if result is None else result

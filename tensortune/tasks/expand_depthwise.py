@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import strict
+
 # block names the template looks for (``space.cpu_expand_depthwise``)
 POINTWISE, POINTWISE_ACT, PAD, DEPTHWISE = "tt_pointwise", "tt_pointwise_act", "tt_pad", "tt_depthwise"
 DEFAULT_MIN_BYTES = 1 << 20
@@ -131,6 +133,8 @@ def expand_depthwise_pass(min_bytes: int = DEFAULT_MIN_BYTES):
                     expand_depthwise, x, relax.const(w1), relax.const(b1), relax.const(w2),
                     stride, padding, lo, hi, primfunc_name_hint="expand_depthwise")
             except Exception as err:  # that pair stays two convolutions; the others go on
+                if strict():  # TENSORTUNE_STRICT: raise what would be swallowed
+                    raise
                 self.failed.append((call, err))
                 return call
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import warnings
 
+from ..errors import strict
 from .layout import DEFAULT_LAYOUT, REWRITE, GraphRewriteWarning, check_layout, convert_layout
 
 
@@ -94,6 +95,8 @@ def guarded(name: str, rewrite, mod):
     try:
         return rewrite(mod)
     except Exception as err:  # a TVM InternalError, IndexError, ...: any of them
+        if strict():  # TENSORTUNE_STRICT: raise what would be swallowed
+            raise
         first = next((ln.strip() for ln in str(err).splitlines() if ln.strip()), "")
         warnings.warn(f"{name} skipped, the model runs without it ({type(err).__name__}: "
                       f"{first[:200]})", GraphRewriteWarning, stacklevel=3)

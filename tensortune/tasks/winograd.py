@@ -21,6 +21,8 @@ import functools
 
 import numpy as np
 
+from ..errors import strict
+
 KERNEL = 3
 REWRITE = "Winograd"
 
@@ -147,6 +149,8 @@ def winograd_pass(tile: int | None = None, min_channels: int = 32):
             try:
                 return self._winograd(call)
             except Exception as err:  # that convolution stays direct; the others go on
+                if strict():  # TENSORTUNE_STRICT: raise what would be swallowed
+                    raise
                 self.failed.append((call, err))
                 return call
 

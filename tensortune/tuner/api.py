@@ -4,9 +4,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from ..cost_model import MODELS
+from ..cost_model import extractors as features_of
 from ..measure import LocalBuilder, LocalRunner
 from ..measure.types import MeasureInput, MeasureResult
 from ..records import RecordWriter, load_records, records_for
+from ..search import STRATEGIES, check_options
 from ..settings import Settings
 from ..space import task_seeds, task_space
 from ..workload import Task, missing_host_features
@@ -14,10 +17,18 @@ from .evaluator import BuildLimit, Evaluator
 from .loop import TuneLoop, TuneResult
 from .stages import StageGen, drive
 
-TUNERS = ("xgb", "gtuner", "ensemble", "random", "grid")
-MODEL_TUNERS = ("xgb", "gtuner", "ensemble")
-SEARCHES = ("sa", "ga", "es")
+# read from the registries: a tuner is a fresh cost model guiding one of the guided search
+# strategies (``SEARCHES``), or a strategy that needs no model (random, grid)
+MODEL_TUNERS = tuple(name for name, spec in MODELS.items() if spec.fresh)
+SEARCHES = tuple(name for name, strategy in STRATEGIES.items() if strategy.guided)
+TUNERS = MODEL_TUNERS + tuple(name for name, strategy in STRATEGIES.items()
+                              if not strategy.guided)
 COST_MODELS = ("fresh", "pretrained")
+
+
+def describe(name: str) -> str:
+    """The one-line summary of a tuner or search strategy name, for help texts."""
+    return MODELS[name].summary if name in MODELS else STRATEGIES[name].summary
 
 
 def pretrained_model(seed: int = 0, path=None, cheap_path=None):
@@ -28,16 +39,14 @@ def pretrained_model(seed: int = 0, path=None, cheap_path=None):
     model over cheap features comes alone."""
     from ..cost_model import Prescreened
     from ..cost_model.pretrained import SHIPPED_CPU, SHIPPED_CPU_CHEAP, PretrainedModel
-    from ..features.store import COSTLY
 
     model = PretrainedModel.load(path or SHIPPED_CPU, seed=seed)
-    costly = any(part in COSTLY for part in model.extractor.name.split("+"))
-    if not costly:
+    if not model.compiles:
         return model, None
     cheap = Path(cheap_path or SHIPPED_CPU_CHEAP)
     if cheap.exists():
         prescreen = PretrainedModel.load(cheap, seed=seed)
-        for part in getattr(model.extractor, "parts", ()):
+        for part in features_of.parts(model.extractor):
             if part.name == prescreen.extractor.name and type(part) is type(prescreen.extractor):
                 prescreen.extractor = part  # one cache: rows the prescreen computed are reused
         return Prescreened(prescreen, model), None
@@ -45,26 +54,22 @@ def pretrained_model(seed: int = 0, path=None, cheap_path=None):
 
 
 def fresh_model(tuner: str, extractor, seed: int = 0, objective: str = "rank"):
-    """An untrained cost model for a model-guided tuner name (``MODEL_TUNERS``) on ``extractor``:
-    XGBoost (``objective`` rank or reg), GTuner, or both (``cost_model.default_ensemble``)."""
-    from ..cost_model import GTunerModel, XGBoostModel, default_ensemble
-
-    if tuner == "xgb":
-        return XGBoostModel(extractor, objective=objective, seed=seed)
-    if tuner == "gtuner":
-        return GTunerModel(extractor, seed=seed)
-    if tuner == "ensemble":
-        return default_ensemble(extractor, seed=seed)
-    raise ValueError(f"unknown model-guided tuner {tuner!r}; choose one of "
-                     f"{', '.join(MODEL_TUNERS)}")
+    """An untrained cost model for a model-guided tuner name (``MODEL_TUNERS``) on ``extractor``,
+    made as the registry ``cost_model.MODELS`` says: XGBoost (``objective`` rank or reg),
+    GTuner, or both (``cost_model.default_ensemble``)."""
+    if tuner not in MODEL_TUNERS:
+        raise ValueError(f"unknown model-guided tuner {tuner!r}; choose one of "
+                         f"{', '.join(MODEL_TUNERS)}")
+    spec = MODELS[tuner]
+    return spec.make(extractor, seed=seed, **({"objective": objective} if spec.objectives else {}))
 
 
 def make_loop(tuner: str, space, settings: Settings, features: str = "knob",
               objective: str = "rank", search: str = "sa", model=None,
               prescreen: str | None = None, seeds=(), cost_model: str = "fresh") -> TuneLoop:
-    """A ``TuneLoop`` for a tuner name: ``xgb`` (XGBoost), ``gtuner`` (graph attention network)
-    or ``ensemble`` (both) guiding ``search`` (``sa`` annealing or ``ga`` genetic), or
-    model-free ``random`` / ``grid``.
+    """A ``TuneLoop`` for a tuner name (``TUNERS``): ``xgb`` (XGBoost), ``gtuner`` (graph
+    attention network) or ``ensemble`` (both) guiding ``search`` (one of ``SEARCHES``: ``sa``
+    annealing, ``ga`` genetic, ...), or model-free ``random`` / ``grid``.
 
     ``model`` replaces the tuner's fresh cost model, e.g. one pretrained on other tasks.
     ``prescreen`` (cheap features, e.g. ``itervar``) makes the search walk on XGBoost over those
@@ -76,13 +81,13 @@ def make_loop(tuner: str, space, settings: Settings, features: str = "knob",
     fine-tuned on the task's measurements, instead of a fresh one on ``features``.
     """
     from ..features import make_extractor
-    from ..search import STRATEGIES
 
     if search not in SEARCHES:
         raise ValueError(f"unknown search {search!r}; choose one of {', '.join(SEARCHES)}")
     if cost_model not in COST_MODELS:
         raise ValueError(f"unknown cost model {cost_model!r}; choose one of "
                          f"{', '.join(COST_MODELS)}")
+    check_options(STRATEGIES, settings.search.options)  # before any work, by name
     if tuner in MODEL_TUNERS:
         if model is None and cost_model == "pretrained":
             model, needs = pretrained_model(settings.seed)
@@ -96,7 +101,7 @@ def make_loop(tuner: str, space, settings: Settings, features: str = "knob",
             model = Prescreened(cheap, model)
         return TuneLoop(space, STRATEGIES[search], model, settings.search, settings.seed,
                         seeds=seeds)
-    if tuner in ("random", "grid"):
+    if tuner in TUNERS:  # a strategy that needs no model
         if prescreen:
             raise ValueError(f"prescreen needs a model-guided tuner ({', '.join(MODEL_TUNERS)}), "
                              f"not {tuner!r}")
@@ -170,5 +175,5 @@ def tune_stages(task: Task, trials: int, tuner: str = "xgb", log: str | Path | N
         if writer:
             writer.close()
         # extractors that compile (hardware) hold worker processes; they restart if reused
-        for m in (loop.model, getattr(loop.model, "prescreen", None)):
-            getattr(getattr(m, "extractor", None), "close", lambda: None)()
+        if loop.model is not None:
+            loop.model.close()

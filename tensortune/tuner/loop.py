@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..cost_model.base import CostModel, as_cost_model
 from ..measure.types import MeasureInput
 from ..settings import SearchSettings
 from ..space import Config, ConfigSpace
@@ -28,8 +29,10 @@ class TuneResult:
 
 
 class TuneLoop:
-    """Wires a proposer (``propose(space, model, task, n, exclude, rng, settings, seeds)``) to an
-    optional cost model. With no model the proposer is a plain strategy (random, grid).
+    """Wires a proposer (a ``search.Strategy``, or any function ``propose(space, model, task, n,
+    exclude, rng, settings, seeds)``) to an optional cost model (a ``CostModel``; another
+    object with ``fit`` and ``predict`` is ``Adapted``). With no model the proposer is a plain
+    strategy (random, grid).
 
     ``step`` measures one batch, so a scheduler can interleave many tasks; ``run`` steps until
     the evaluator's budget is spent, the space is exhausted or the task stops improving.
@@ -40,7 +43,7 @@ class TuneLoop:
                  seeds: Sequence[Config] = ()):
         self.space = space
         self.propose = propose
-        self.model = model
+        self.model: CostModel | None = as_cost_model(model)
         self.settings = settings
         self.rng = np.random.default_rng(seed)
         # the template's starting points (``space.task_seeds``): measured before anything else
@@ -113,8 +116,8 @@ class TuneLoop:
         # cold start: explore, unless the model was trained before (pretrained on other tasks)
         if rest <= 0:
             batch = []
-        elif self.model is not None and not self._model_ready(evaluator) and not getattr(
-                self.model, "trained", False):
+        elif (self.model is not None and not self._model_ready(evaluator)
+              and not self.model.trained):
             batch = self.space.sample_many(rest, self.rng, exclude)
         else:
             batch = self.propose(self.space, self.model, evaluator.task, rest, exclude, self.rng,
@@ -144,9 +147,8 @@ class TuneLoop:
         """With a model trained before this task (pretrained), measure the seeds it rates best
         first: at a few trials per task the seeds are all a task gets, and template order knows
         nothing of this task. Ranked on the cheap prescreen where there is one (no compiling)."""
-        ranker = getattr(self.model, "prescreen", None) or self.model
-        if (self._seeds_ranked or len(self.seeds) <= n or ranker is None
-                or not getattr(ranker, "trained", False)):
+        ranker = None if self.model is None else self.model.prescreen or self.model
+        if self._seeds_ranked or len(self.seeds) <= n or ranker is None or not ranker.trained:
             return
         self._seeds_ranked = True
         scores = np.asarray(ranker.predict([MeasureInput(evaluator.task, c) for c in self.seeds]))

@@ -10,7 +10,6 @@ them by predicted throughput; ``compiled`` counts the candidates compiled for fe
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import itertools
 import time
 from collections.abc import Iterator
@@ -19,6 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..cost_model import extractors as features_of
+from ..cost_model.base import CostModel, as_cost_model
 from ..measure.types import MeasureInput
 from ..settings import Settings
 from ..space import Config, InvalidConfigError, apply_config, task_seeds, task_space
@@ -47,11 +48,11 @@ class StaticResult:
         return float(self.task.workload.flops) / (self.ranked[0][1] * 1e12)
 
 
-# a small search (at most this): the cheap features still lower every candidate (about 10 ms
-# each), and the seeds it starts from are good already
-STATIC_ES = {"es_starts": 4, "es_population": 8, "es_generations": 6}
+# a small search (at most these ``es`` options): the cheap features still lower every
+# candidate (about 10 ms each), and the seeds it starts from are good already
+STATIC_ES = {"starts": 4, "population": 8, "generations": 6}
 # smaller still where the only model compiles each candidate (nvcc for a GPU: ~0.5 s each)
-COSTLY_ES = {"es_starts": 2, "es_population": 8, "es_generations": 3}
+COSTLY_ES = {"starts": 2, "population": 8, "generations": 3}
 
 
 EFFORTS = ("full", "fast")
@@ -83,6 +84,7 @@ def predict_many(tasks, model, settings: Settings, shortlist: int = 16, seed: in
     the tasks outside ``FAST_SHARE`` of the estimated time (``compile_counts``)."""
     if effort not in EFFORTS:
         raise ValueError(f"unknown effort {effort!r}; choose one of {', '.join(EFFORTS)}")
+    model = as_cost_model(model)
     tasks = list(tasks)
     counts = compile_counts(tasks, weights) if weights is not None and effort == "fast" \
         else [FAST_COMPILED] * len(tasks)
@@ -140,16 +142,16 @@ class _Shortlist:
     ordered: bool = False  # the candidates are in their final order already
 
 
-def _shortlist(task: Task, model, settings: Settings, shortlist: int, seed: int,
+def _shortlist(task: Task, model: CostModel, settings: Settings, shortlist: int, seed: int,
                effort: str, compiled_at_most: int = FAST_COMPILED) -> _Shortlist:
     """The candidates the cheap model leaves for the costly one to rank."""
-    from ..search.evolution import evolve
+    from ..search.evolution import STRATEGY as ES, evolve
 
     start = time.perf_counter()
     space = task_space(task)
     seeds = task_seeds(task, space) if settings.search.seeds else ()
-    cheap = getattr(model, "prescreen", None) or model
-    costly = getattr(model, "costly", model)
+    cheap = model.prescreen or model
+    costly = model.costly
 
     scored: set = set()
 
@@ -159,15 +161,15 @@ def _shortlist(task: Task, model, settings: Settings, shortlist: int, seed: int,
 
     # through the prescreen's schedules where it keeps them (the features share them), so the
     # template is not applied once more for the check
-    check = getattr(getattr(cheap, "extractor", None), "scheduled", None)
+    check = features_of.schedule_check(cheap.extractor)
 
     def valid(c) -> bool:
         return check(MeasureInput(task, c)) is not None if check else _valid(task, c, space)
 
     rng = np.random.default_rng(seed)
     limits = STATIC_ES if cheap is not costly else COSTLY_ES
-    search = dataclasses.replace(settings.search, **{k: min(v, getattr(settings.search, k))
-                                                     for k, v in limits.items()})
+    current = ES.values(settings.search)
+    search = ES.configure(settings.search, **{k: min(v, current[k]) for k, v in limits.items()})
     found = evolve(space, score, shortlist, frozenset(), rng, search, seeds) \
         if effort == "full" or not seeds else []
     candidates = list(dict.fromkeys([*seeds, *found]))
@@ -184,7 +186,7 @@ def _shortlist(task: Task, model, settings: Settings, shortlist: int, seed: int,
             # it, so nothing is compiled and the row-wise template's own seed order stands
             # (its first seed picks the rows that give every core work: ``rowwise_seeds``)
             order = list(range(len(candidates)))
-            scale, ordered = getattr(cheap, "label_scale", None), True
+            scale, ordered = cheap.label_scale, True
         # checked on the first few only: checking every seed cost as much as scoring it
         order = list(itertools.islice((i for i in order if valid(candidates[i])),
                                       compiled_at_most))
@@ -192,7 +194,7 @@ def _shortlist(task: Task, model, settings: Settings, shortlist: int, seed: int,
         scores = ranked[order] if ordered else None
     if candidates and costly is cheap:  # one model: it compiled what it scored if it compiles
         scores = score(candidates)
-        compiled = len(scored) if getattr(cheap, "compiles", False) else 0
+        compiled = len(scored) if cheap.compiles else 0
     return _Shortlist(task, candidates, scores, compiled, time.perf_counter() - start, scale,
                       ordered)
 
@@ -220,7 +222,8 @@ def _unranked(pending: list[_Shortlist]) -> list[MeasureInput]:
     return [MeasureInput(p.task, c) for p in pending if p.scores is None for c in p.candidates]
 
 
-def _compile_soon(background: ThreadPoolExecutor, pending: list[_Shortlist], model) -> Future:
+def _compile_soon(background: ThreadPoolExecutor, pending: list[_Shortlist],
+                  model: CostModel) -> Future:
     """The rows of the costly model's compiling features (``compile_in``) for ``pending``'s
     candidates, computed in ``background``; its result is the seconds that took. Only that
     thread touches those extractors until the rows are in their caches."""
@@ -235,10 +238,11 @@ def _compile_soon(background: ThreadPoolExecutor, pending: list[_Shortlist], mod
     return background.submit(rows)
 
 
-def _rank(pending: list[_Shortlist], compiled: Future, model) -> Iterator[StaticResult]:
+def _rank(pending: list[_Shortlist], compiled: Future,
+          model: CostModel) -> Iterator[StaticResult]:
     """Each shortlist ranked by the costly model, all in one ``predict`` call, once
     ``compiled`` (``_compile_soon``) has put their compiled rows in the extractors' caches."""
-    costly = getattr(model, "costly", model)
+    costly = model.costly
     elapsed = compiled.result()
     start = time.perf_counter()
     inputs = _unranked(pending)
@@ -248,7 +252,7 @@ def _rank(pending: list[_Shortlist], compiled: Future, model) -> Iterator[Static
         if p.scores is None:
             p.scores = np.asarray([next(all_scores) for _ in p.candidates], dtype=float)
             p.compiled, p.seconds = len(p.candidates), p.seconds + share * len(p.candidates)
-        scale = p.scale or getattr(costly, "label_scale", None)
+        scale = p.scale or costly.label_scale
         order = range(len(p.candidates)) if p.ordered else np.argsort(-p.scores, kind="stable")
         ranked = tuple((p.candidates[i], float(p.scores[i]) * scale if scale else None)
                        for i in order)
@@ -284,23 +288,19 @@ def time_top(result: StaticResult, k: int, builder, runner, callbacks=()):
 def compile_in(model, workers: int) -> None:
     """Let ``model``'s compiling features (``hardware``) use ``workers`` processes, started in
     the background now: while hardware-free tuning nothing else needs the cores."""
-    for ex in _compiling(model):
+    for ex in _compiling(as_cost_model(model)):
         ex.workers = max(1, workers)
         ex.warm()
 
 
-def _compiling(model) -> list:
+def _compiling(model: CostModel) -> list:
     """The extractors of ``model``'s costly features that compute in worker processes."""
-    extractor = getattr(getattr(model, "costly", model), "extractor", None)
-    return [ex for part in getattr(extractor, "parts", [extractor])
-            for ex in (part, getattr(part, "hardware", None))
-            if ex is not None and getattr(ex, "workers", 0) > 0]
+    return features_of.compiling(model.costly.extractor)
 
 
 def close(model) -> None:
     """Stop the worker processes of ``model``'s extractors (and its prescreen's)."""
-    for m in (model, getattr(model, "prescreen", None), getattr(model, "costly", None)):
-        getattr(getattr(m, "extractor", None), "close", lambda: None)()
+    as_cost_model(model).close()
 
 
 def _valid(task: Task, config: Config, space) -> bool:
