@@ -55,7 +55,7 @@ def export(args) -> None:
     from tensortune.settings import Settings
     from tensortune.space import Config, task_space
     from tensortune.space.analysis import short_name
-    from tensortune.space.cuda_gemm import check_limits
+    from tensortune.space.cuda_gemm import K_PARTS, check_limits
     from tensortune.space.cuda_gemm_info import prepare_gemm
     from tensortune.space.cuda_gemm_seeds import gemm_seeds
     from tensortune.workload import Task
@@ -81,7 +81,7 @@ def export(args) -> None:
                 try:
                     check_limits(info, config[tiles[0]], config[tiles[1]], config[tiles[2]],
                                  config["pipeline"], config["transpose"], config["pad"],
-                                 config["slice_k"], config["split_k"])
+                                 *K_PARTS[config["k_parts"]])
                     return True
                 except Exception:  # noqa: BLE001 - InvalidConfigError: a limit broken
                     return False
@@ -169,7 +169,7 @@ def export(args) -> None:
 
 def neighbours(workload, reports: list[Path], k_knob: str) -> list:
     """The fastest ``cuda.gemm`` configs of ``workload`` in earlier reports, each with K tiles
-    of 8, 16 or 32, sliced in 2 or 4 (``slice_k``) or split in 2-4 (``split_k``), under the four
+    of 8, 16 or 32, sliced in 2 or 4 or split in 2-4 (``k_parts``), under the four
     pipelines that won."""
     from tensortune.space import Config
 
@@ -183,11 +183,13 @@ def neighbours(workload, reports: list[Path], k_knob: str) -> list:
     out = {}
     for base in best:
         extent = math.prod(base[k_knob])
+        # (round 3's reports named the two ways to cut K as knobs of their own)
+        base = {k: v for k, v in base.items() if k not in ("slice_k", "split_k")}
         for bk in (8, 16, 32):
-            for parts in ((2, 1), (4, 1), (1, 2), (1, 3), (1, 4)):
+            for parts in ("slice2", "slice4", "split2", "split3", "split4"):
                 for pipeline in ("prefetch", "double", "async2", "async3"):
-                    c = {**base, k_knob: [extent // bk, bk], "slice_k": parts[0],
-                         "split_k": parts[1], "pipeline": pipeline}
+                    c = {**base, k_knob: [extent // bk, bk], "k_parts": parts,
+                         "pipeline": pipeline}
                     out[Config.from_json(c)] = None
     return list(out)
 

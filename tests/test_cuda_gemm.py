@@ -14,7 +14,7 @@ from tensortune.measure import LocalBuilder, MeasureInput
 from tensortune.measure.cuda_build import launch_spec
 from tensortune.space import (Config, InvalidConfigError, TemplateMismatch, apply_config,
                               is_gemm, task_seeds, task_space, template_for)
-from tensortune.space.cuda_gemm import PIPELINES
+from tensortune.space.cuda_gemm import K_PARTS, PIPELINES
 from tensortune.workload import BatchMatmul, Conv2d, Dense, Matmul, PrimFuncWorkload, Task
 
 CUDA = {"kind": "cuda", "arch": "sm_90", "host": {"kind": "llvm"}}
@@ -28,8 +28,8 @@ WORKLOADS = {
 SMALL_DENSE = Dense(batch=64, in_features=64, out_features=128, bias=True)
 # 64x64 tile: 2 x 16 threads x 2 rows along M (2 virtual threads), 8 x 8 threads x 4 columns
 # along N; K tiles of 16: two of them, so every pipeline has something to overlap
-SMALL_TILES = {"tile_i": (1, 2, 16, 2), "tile_j": (2, 2, 8, 4), "tile_k": (4, 16), "slice_k": 1,
-               "split_k": 1}
+SMALL_TILES = {"tile_i": (1, 2, 16, 2), "tile_j": (2, 2, 8, 4), "tile_k": (4, 16),
+               "k_parts": "none"}
 
 
 def gemm(workload) -> Task:
@@ -64,7 +64,7 @@ def test_space_has_three_splits_and_three_choices(name):
     knobs = {k.name: k for k in space.knobs}
     # the batch axis of batch_matmul goes to blockIdx.z: no knob
     assert list(knobs) == ["tile_i", "tile_j", "tile_k", "pipeline", "transpose", "pad",
-                           "slice_k", "split_k"]
+                           "k_parts"]
     assert knobs["tile_i"].parts == knobs["tile_j"].parts == 4 and knobs["tile_k"].parts == 2
     assert knobs["pipeline"].options == PIPELINES
     assert space.size > 10_000
@@ -89,12 +89,13 @@ def test_every_seed_builds_an_sm90_cubin_with_its_launch_spec(builder):
         m, n = (w.m, w.n) if hasattr(w, "m") else (w.batch, w.out_features)
         block_m, block_n = np.prod(c["tile_i"][1:]), np.prod(c["tile_j"][1:])
         # N blocks on x, M blocks on y, the batch on z; threads: N on x, M on y, K slices on z
-        assert kernel["grid"] == [n // block_n, m // block_m, getattr(w, "b", 1) * c["split_k"]]
-        assert len(sums) == (c["split_k"] > 1)
-        assert kernel["block"] == [c["tile_j"][2], c["tile_i"][2], c["slice_k"]]
+        slices, splits = K_PARTS[c["k_parts"]]
+        assert kernel["grid"] == [n // block_n, m // block_m, getattr(w, "b", 1) * splits]
+        assert len(sums) == (splits > 1)
+        assert kernel["block"] == [c["tile_j"][2], c["tile_i"][2], slices]
         spec = launch_spec(build.path)
-        if c["split_k"] > 1:  # the parts write a scratch buffer (index 3), the sum reads it
-            parts = c["split_k"] * m * n * getattr(w, "b", 1)
+        if splits > 1:  # the parts write a scratch buffer (index 3), the sum reads it
+            parts = splits * m * n * getattr(w, "b", 1)
             assert np.prod(spec["scratch"][0]["shape"]) == parts
             assert sorted(kernel["args"]) == [0, 1, 3] and sorted(sums[0]["args"]) == [2, 3]
         else:
@@ -123,7 +124,7 @@ def test_seeds_cover_the_classic_tiles_and_fill_the_sms():
 def test_configs_breaking_the_gpu_limits_are_refused(change, message):
     task = gemm(WORKLOADS["matmul_512"])
     base = {"tile_i": (8, 1, 16, 4), "tile_j": (8, 1, 16, 4), "tile_k": (32, 16),
-            "pipeline": "double", "transpose": True, "pad": 4, "slice_k": 1, "split_k": 1}
+            "pipeline": "double", "transpose": True, "pad": 4, "k_parts": "none"}
     with pytest.raises(InvalidConfigError, match=message):
         apply_config(task, Config({**base, **change}))
 
@@ -131,7 +132,7 @@ def test_configs_breaking_the_gpu_limits_are_refused(change, message):
 def test_a_pipeline_needs_as_many_k_tiles_as_stages():
     task = gemm(BatchMatmul(b=2, m=64, n=64, k=64))
     config = Config(tile_i=(1, 1, 16, 4), tile_j=(1, 1, 16, 4), tile_k=(2, 32), pipeline="async3",
-                    transpose=True, pad=4, slice_k=1, split_k=1)
+                    transpose=True, pad=4, k_parts="none")
     with pytest.raises(InvalidConfigError, match="2 K tiles cannot fill a async3 pipeline"):
         apply_config(task, config)
     apply_config(task, Config({**config, "pipeline": "async2"}))
@@ -140,7 +141,7 @@ def test_a_pipeline_needs_as_many_k_tiles_as_stages():
 def test_kernels_load_float4_and_double_buffer_their_shared_panels():
     task = gemm(WORKLOADS["matmul_512"])
     tiles = {"tile_i": (8, 1, 16, 4), "tile_j": (8, 1, 16, 4), "tile_k": (32, 16), "pad": 4,
-             "slice_k": 1, "split_k": 1}
+             "k_parts": "none"}
     source = cuda_source(task, Config(tiles, pipeline="double", transpose=True))
     # A (K contiguous) and B (N contiguous) read from global memory 4 floats at a time, the
     # fragments from shared memory too, the result written back so
@@ -181,13 +182,13 @@ def test_emulated_kernels_match_numpy_under_every_pipeline(emulator, pipeline, t
 @pytest.mark.parametrize("workload, config", [
     (BatchMatmul(b=3, m=64, n=64, k=32),
      Config(tile_i=(2, 1, 8, 4), tile_j=(1, 2, 8, 4), tile_k=(2, 16), pipeline="prefetch",
-            transpose=False, pad=4, slice_k=1, split_k=1)),
+            transpose=False, pad=4, k_parts="none")),
     (Matmul(m=200, n=120, k=72),  # 4-byte cp.async of a transposed panel, 2-wide elsewhere
      Config(tile_i=(4, 1, 25, 2), tile_j=(2, 1, 15, 4), tile_k=(6, 12), pipeline="async2",
-            transpose=True, pad=4, slice_k=1, split_k=1)),
+            transpose=True, pad=4, k_parts="none")),
     (Dense(batch=37, in_features=200, out_features=24),
      Config(tile_i=(1, 1, 37, 1), tile_j=(1, 1, 12, 2), tile_k=(20, 10), pipeline="async3",
-            transpose=False, pad=0, slice_k=1, split_k=1)),
+            transpose=False, pad=0, k_parts="none")),
 ])
 def test_emulated_irregular_and_batched_kernels_match_numpy(emulator, workload, config):
     check(emulator, gemm(workload), config)
@@ -210,13 +211,13 @@ def fused_dense_relu() -> PrimFuncWorkload:
 @pytest.mark.parametrize("workload, config", [
     (SMALL_DENSE,  # bias fused; 2 slices of each 16-deep K tile, 8 K rows each
      Config(tile_i=(2, 1, 8, 4), tile_j=(2, 1, 16, 4), tile_k=(4, 16), pipeline="prefetch",
-            transpose=True, pad=4, slice_k=2, split_k=1)),
+            transpose=True, pad=4, k_parts="slice2")),
     (BatchMatmul(b=3, m=64, n=64, k=32),
      Config(tile_i=(2, 1, 8, 4), tile_j=(1, 1, 16, 4), tile_k=(2, 16), pipeline="async2",
-            transpose=False, pad=4, slice_k=4, split_k=1)),
+            transpose=False, pad=4, k_parts="slice4")),
     (Matmul(m=200, n=120, k=72),
      Config(tile_i=(4, 1, 25, 2), tile_j=(2, 1, 15, 4), tile_k=(6, 12), pipeline="double",
-            transpose=True, pad=4, slice_k=2, split_k=1)),
+            transpose=True, pad=4, k_parts="slice2")),
 ])
 def test_emulated_sliced_k_kernels_match_numpy(emulator, workload, config):
     source = check(emulator, gemm(workload), config)
@@ -227,16 +228,16 @@ def test_emulated_sliced_k_kernels_match_numpy(emulator, workload, config):
 @pytest.mark.parametrize("workload, config", [
     (SMALL_DENSE,  # bias fused into the sum kernel; 2 parts of 2 K tiles each
      Config(tile_i=(2, 1, 8, 4), tile_j=(2, 2, 8, 4), tile_k=(4, 16), pipeline="double",
-            transpose=True, pad=4, slice_k=1, split_k=2)),
+            transpose=True, pad=4, k_parts="split2")),
     (BatchMatmul(b=3, m=64, n=64, k=48),  # parts beside the batch on blockIdx.z
      Config(tile_i=(2, 1, 8, 4), tile_j=(1, 1, 16, 4), tile_k=(3, 16), pipeline="none",
-            transpose=False, pad=4, slice_k=1, split_k=3)),
+            transpose=False, pad=4, k_parts="split3")),
     (Matmul(m=200, n=120, k=72),
      Config(tile_i=(4, 1, 25, 2), tile_j=(2, 1, 15, 4), tile_k=(6, 12), pipeline="async2",
-            transpose=True, pad=4, slice_k=1, split_k=3)),
+            transpose=True, pad=4, k_parts="split3")),
     (fused_dense_relu(),
      Config(tile_i=(3, 1, 8, 2), tile_j=(1, 2, 8, 4), tile_k=(6, 16), pipeline="prefetch",
-            transpose=True, pad=4, slice_k=1, split_k=2)),
+            transpose=True, pad=4, k_parts="split2")),
 ])
 def test_emulated_split_k_kernels_match_numpy(emulator, workload, config):
     source = check(emulator, gemm(workload), config)
@@ -248,12 +249,12 @@ def test_emulated_split_k_kernels_match_numpy(emulator, workload, config):
 def test_sliced_k_refuses_uneven_slices_and_virtual_threads():
     task = gemm(WORKLOADS["matmul_512"])
     base = {"tile_i": (16, 1, 8, 4), "tile_j": (16, 1, 8, 4), "tile_k": (32, 16),
-            "pipeline": "double", "transpose": True, "pad": 4, "split_k": 1}
-    apply_config(task, Config({**base, "slice_k": 4}))
+            "pipeline": "double", "transpose": True, "pad": 4}
+    apply_config(task, Config({**base, "k_parts": "slice4"}))
     with pytest.raises(InvalidConfigError, match="not 4 equal slices"):
-        apply_config(task, Config({**base, "tile_k": (256, 2), "slice_k": 4}))
+        apply_config(task, Config({**base, "tile_k": (256, 2), "k_parts": "slice4"}))
     with pytest.raises(InvalidConfigError, match="sliced K with virtual threads"):
-        apply_config(task, Config({**base, "tile_j": (8, 2, 8, 4), "slice_k": 2}))
+        apply_config(task, Config({**base, "tile_j": (8, 2, 8, 4), "k_parts": "slice2"}))
 
 
 def test_a_fused_epilogue_is_computed_in_the_write_back(emulator):
@@ -261,7 +262,7 @@ def test_a_fused_epilogue_is_computed_in_the_write_back(emulator):
     assert is_gemm(workload.prim_func())
     task = gemm(workload)
     config = Config(tile_i=(3, 1, 8, 2), tile_j=(1, 2, 8, 4), tile_k=(6, 16), pipeline="double",
-                    transpose=True, pad=4, slice_k=1, split_k=1)
+                    transpose=True, pad=4, k_parts="none")
     source = check(emulator, task, config)
     # one kernel: transpose, bias and ReLU fused
     assert set(re.findall(r"__global__ void (?:__launch_bounds__\(\d+\) )?(\w+)\(", source)) \
@@ -324,7 +325,7 @@ def test_a_model_s_matrix_products_are_cuda_gemm_tasks_built_with_split_k(tmp_pa
     first = next(t for t in gemms if "relu" in " ".join(t.functions))
     m, n, k = (knob.name for knob in task_space(first.task).knobs[:3])  # the model's names
     config = Config({m: (2, 1, 8, 1), n: (2, 1, 16, 4), k: (4, 16)}, pipeline="double",
-                    transpose=True, pad=4, slice_k=1, split_k=2)
+                    transpose=True, pad=4, k_parts="split2")
     apply_config(first.task, config)  # valid for this task
     compiled = session.build(best={first.key: config})
     assert compiled.functions  # built for sm_90 (no GPU here to run it)

@@ -25,10 +25,11 @@ of at most ``MAX_K_TILE``), ``pipeline`` (below), ``transpose`` (whether an oper
 contiguous axis is K, A of a matmul or both of a dense, is stored K-major, transposed on the
 way, or as it is: ``[BM][BK + pad]``, scalar fragment reads, but whole 16-byte ``cp.async``
 copies), ``pad`` (floats appended to each shared row against bank conflicts), and two ways
-to cut K for outputs too small to fill the GPU (``cuda_gemm_split``): ``slice_k`` (each K tile
-sliced between 1, 2 or 4 groups of a block's threads, ``threadIdx.z``, summed through shared
-memory) and ``split_k`` (K split between 1-4 blocks, ``blockIdx.z``, whose partial sums a
-second kernel adds up from a global scratch buffer: cuBLAS' plan for 128x768x3072).
+to cut K for outputs too small to fill the GPU (``cuda_gemm_split``), one knob since they
+exclude each other, ``k_parts``: ``none``, ``slice2``/``slice4`` (each K tile sliced between
+groups of a block's threads, ``threadIdx.z``, summed through shared memory) or
+``split2``-``split4`` (K split between blocks, ``blockIdx.z``, whose partial sums a second
+kernel adds up from a global scratch buffer: cuBLAS' plan for 128x768x3072).
 
 The ``pipeline`` knob picks how the K tiles overlap the FMAs (TVM's software pipelining,
 ``software_pipeline_stage``/``order`` on KO):
@@ -63,8 +64,9 @@ MAX_GRID_YZ = 65535
 WARP = 32
 PIPELINES = ("none", "double", "prefetch", "async2", "async3", "async4")
 PADS = (4, 0)  # floats appended to each shared-memory row
-SLICES = (1, 2, 4)  # slices of a K tile summed by different threads of a block
-SPLITS = (1, 2, 3, 4)  # parts of K summed by different blocks
+# K whole, sliced between a block's threads, or split between blocks: (slices, splits) by name
+K_PARTS = {"none": (1, 1), "slice2": (2, 1), "slice4": (4, 1), "split2": (1, 2),
+           "split3": (1, 3), "split4": (1, 4)}
 VECTOR = 4  # float4: 16 bytes per load or store
 
 
@@ -80,10 +82,10 @@ def cuda_gemm(cfg, sch):
     pipeline = cfg.choice("pipeline", PIPELINES)
     transpose = cfg.choice("transpose", (True, False))
     pad = cfg.choice("pad", PADS)
-    slices = cfg.choice("slice_k", SLICES)
-    splits = cfg.choice("split_k", SPLITS)
+    k_parts = cfg.choice("k_parts", tuple(K_PARTS))
     if isinstance(cfg, SpaceBuilder):  # defining the space: the knobs are all it needs
         return sch
+    slices, splits = K_PARTS[k_parts]
 
     check_limits(info, tile_m, tile_n, tile_k, pipeline, transpose, pad, slices, splits)
     threads = (("threadIdx.z", slices), ("threadIdx.y", tile_m[2]), ("threadIdx.x", tile_n[2]))

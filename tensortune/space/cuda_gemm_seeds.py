@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from .analysis import short_name
-from .cuda_gemm import check_limits
+from .cuda_gemm import K_PARTS, check_limits
 from .cuda_gemm_info import prepare_gemm
 from .space import InvalidConfigError
 
@@ -26,7 +26,7 @@ def gemm_seeds(space, prim_func, lanes: int = 0, threads: int = 0,
     the classic tiles (``SEED_TILES``, fitted to the extents' divisors) and the tiles that fill
     ``SM_COUNT`` SMs with one or two blocks each, with ``float4`` copies and K-major panels,
     under the pipelines of ``SEED_ROUNDS``; a grid of one wave or less also with its K tiles
-    sliced in two (``slice_k``) or K split in two or three (``split_k``). ``lanes`` and ``threads`` (the CPU seeds'
+    sliced in two or K split in two or three (``k_parts``). ``lanes`` and ``threads`` (the CPU seeds'
     arguments) are ignored."""
     from tvm.s_tir import Schedule
 
@@ -54,8 +54,9 @@ def gemm_seeds(space, prim_func, lanes: int = 0, threads: int = 0,
                 blocks = batch * split_m[0] * split_n[0]
                 # a grid of one wave or less: its K also sliced between more threads, or
                 # split between two or three times the blocks
-                parts = ((1, 1), (2, 1), (1, 2), (1, 3)) if blocks <= SM_COUNT else ((1, 1),)
-                for slices, splits in parts:
+                parts = ("none", "slice2", "split2", "split3") if blocks <= SM_COUNT else ("none",)
+                for k_parts in parts:
+                    slices, splits = K_PARTS[k_parts]
                     try:
                         check_limits(info, split_m, split_n, split_k, pipeline, transpose, 4,
                                      slices, splits)
@@ -63,7 +64,7 @@ def gemm_seeds(space, prim_func, lanes: int = 0, threads: int = 0,
                         continue
                     config = Config({names[0]: split_m, names[1]: split_n, names[2]: split_k,
                                      "pipeline": pipeline, "transpose": transpose, "pad": 4,
-                                     "slice_k": slices, "split_k": splits})
+                                     "k_parts": k_parts})
                     if config in space:
                         out[config] = None
                     if len(out) >= limit:

@@ -1,9 +1,9 @@
 """The second half of a ``cuda.gemm`` kernel whose K was cut in parts (``rfactor``): the sum of
 the parts' partial results, with the write-back and any fused epilogue.
 
-- ``slice_k``: the slices of each K tile were summed by their own threads (``threadIdx.z``)
+- ``k_parts`` slice: the slices of each K tile were summed by their own threads (``threadIdx.z``)
   into a shared ``[slices, BM, BN]`` buffer; the same block adds them up.
-- ``split_k``: the parts of K were summed by their own blocks (``blockIdx.z``) into a global
+- ``k_parts`` split: the parts of K were summed by their own blocks (``blockIdx.z``) into a global
   ``[splits, M, N]`` scratch buffer (TVM allocates it as workspace; the device runner as a
   scratch buffer of the launch spec); a second kernel adds them up, 4 outputs per thread.
 """

@@ -28,6 +28,9 @@ class TuneResult:
     stopped_early: bool = False
 
 
+STALL_PROPOSALS = 128  # invalid configs in a row before a loop gives up
+
+
 class TuneLoop:
     """Wires a proposer (a ``search.Strategy``, or any function ``propose(space, model, task, n,
     exclude, rng, settings, seeds)``) to an optional cost model (a ``CostModel``; another
@@ -48,7 +51,7 @@ class TuneLoop:
         self.rng = np.random.default_rng(seed)
         # the template's starting points (``space.task_seeds``): measured before anything else
         self.seeds = [c for c in seeds if c in space]
-        self._stalled_rounds = 0
+        self._stalled_rounds = self._stalled_proposals = 0
         self._seeds_ranked = False
         self._fitted_on = -1
         self.exhausted = False
@@ -75,9 +78,13 @@ class TuneLoop:
             parts = [inputs[i:i + size] for i in range(0, len(inputs), size)]
             measured = yield from self._build_and_measure(evaluator, parts, task)
         charged = evaluator.trials - before
-        self._stalled_rounds = self._stalled_rounds + 1 if measured and not charged else 0
-        # nothing new to offer (grid exhausted), or only invalid configs for several rounds
-        self.exhausted = not measured or self._stalled_rounds >= 5
+        stalled = bool(measured) and not charged
+        self._stalled_rounds = self._stalled_rounds + 1 if stalled else 0
+        self._stalled_proposals = self._stalled_proposals + len(inputs) if stalled else 0
+        # nothing new to offer (grid exhausted), or only invalid configs for several rounds and
+        # STALL_PROPOSALS of them (rounds of a few configs each can miss a sparse valid part)
+        self.exhausted = not measured or (self._stalled_rounds >= 5
+                                          and self._stalled_proposals >= STALL_PROPOSALS)
         return charged
 
     @staticmethod
