@@ -153,20 +153,13 @@ class Session:
         from .records import RecordWriter, load_records
         from .tasks.scheduler import TaskScheduler, history_by_task
         from .tuner.stages import PROPOSE, Stage
-        from .workload import missing_host_features
 
         tasks = yield Stage(PROPOSE, lambda _: [t for t in self.extract() if t.tunable],
                             task="extract")
         if not tasks:
             raise SessionError(f"{self.model.name} has no tunable task")
-        if self.target.get("kind") == "cuda":
-            raise SessionError("a CUDA target cannot be timed on this machine: tune it "
-                               "--hardware-free (tune_hardware_free)")
-        missing = missing_host_features(self.target)
-        if missing:
-            raise SessionError(f"cannot time candidates here: the target (mcpu "
-                               f"{self.target.get('mcpu')}) needs {', '.join(missing)}, which "
-                               "this CPU lacks; tune it --hardware-free or on such a machine")
+        self._check_timeable("tune it --hardware-free (tune_hardware_free) or on a host "
+                             "that runs the target")
         start = time.perf_counter()
         history = {}
         if self.records_path.exists():
@@ -217,12 +210,10 @@ class Session:
         from .measure import LocalBuilder, LocalRunner
         from .records import RecordWriter
         from .tuner.static import predict_many, shipped_model, time_top
-        from .workload import missing_host_features
 
         cuda = self.target.get("kind") == "cuda"
-        if verify_top and (cuda or missing_host_features(self.target)):
-            raise SessionError("--verify-top times candidates, but this host cannot run the "
-                               f"target ({self.target.get('mcpu') or self.target.get('arch')})")
+        if verify_top:
+            self._check_timeable("--verify-top times candidates: tune without it")
         if cuda and model is None:
             from .cost_model.pretrained import cuda_model
 
@@ -405,6 +396,15 @@ class Session:
     def source_model(self):
         """The imported model; for a loaded run, imported again from its spec (zoo or ONNX)."""
         return self.model if self.model is not None else model_from_spec(self.spec)
+
+    def _check_timeable(self, remedy: str) -> None:
+        """``workload.check_timeable`` for this session's target, as a ``SessionError``."""
+        from .workload import UntimeableTarget, check_timeable
+
+        try:
+            check_timeable(self.target, remedy)
+        except UntimeableTarget as err:
+            raise SessionError(str(err)) from None
 
     def _need_model(self, what: str) -> None:
         if self.model is None:

@@ -249,8 +249,6 @@ def test_a_target_this_host_cannot_execute_is_refused_not_crashed_through(monkey
                         lambda target, cpuinfo=None: real(target, ZEN3_FLAGS))
     monkeypatch.setattr("tensortune.workload.missing_host_features",
                         task_mod.missing_host_features)
-    monkeypatch.setattr("tensortune.tuner.api.missing_host_features",
-                        task_mod.missing_host_features)
     task = Task(Matmul(m=16, n=16, k=16), {"kind": "llvm", "mcpu": "znver5", "num-cores": 2})
     with pytest.raises(ValueError, match="avx512f, .*which this CPU lacks"):
         tune_task(task, 2, tuner="random")

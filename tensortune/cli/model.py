@@ -155,15 +155,16 @@ def _print_default_functions(rows: list[dict]) -> None:
 
 
 def _model_target(text: str, settings, hardware_free: bool, verify_top: int) -> dict:
-    """``--target`` as a target dict; CUDA only hardware-free (no GPU here to time on)."""
-    from ..workload import parse_target
+    """``--target`` as a target dict; one this host cannot time only hardware-free."""
+    from ..workload import check_timeable, parse_target
 
     target = parse_target(text, settings.measure.threads)
-    if target["kind"] == "cuda" and (not hardware_free or verify_top):
-        raise ValueError("a CUDA target is tuned --hardware-free here (the analytical GPU model "
-                         "over nvcc's PTX), without --verify-top, or built from records "
-                         "measured on the GPU (`measure export --model`, then --records): this "
-                         "machine has no GPU")
+    if not hardware_free or verify_top:  # refused here, before the import and the extraction
+        check_timeable(target, "a CUDA target is tuned --hardware-free here (the analytical GPU "
+                       "model over nvcc's PTX), without --verify-top, or built from records "
+                       "measured on the GPU (`measure export --model`, then --records)"
+                       if target["kind"] == "cuda" else "tune it --hardware-free (without "
+                       "--verify-top) or on a host that runs it")
     return target
 
 
