@@ -152,9 +152,9 @@ class Session:
         (``tensortune.schedule``): the builder and the runner are the scheduler's."""
         from .records import RecordWriter, load_records
         from .tasks.scheduler import TaskScheduler, history_by_task
-        from .tuner.stages import PROPOSE, Stage
+        from .tuner.stages import EXTRACT, Stage
 
-        tasks = yield Stage(PROPOSE, lambda _: [t for t in self.extract() if t.tunable],
+        tasks = yield Stage(EXTRACT, lambda _: [t for t in self.extract() if t.tunable],
                             task="extract")
         if not tasks:
             raise SessionError(f"{self.model.name} has no tunable task")
@@ -261,22 +261,27 @@ class Session:
         return self.records_path if self.records_path.exists() else None
 
     # -- build, save, load ------------------------------------------------------------------------------
-    def build(self, tuned: bool = True, best: dict | None = None, cuda_graph: bool = True):
+    def build(self, tuned: bool = True, best: dict | None = None, cuda_graph: bool = True,
+              keep: bool = True):
         """Compile the model, each task with its best record (``tuned=False``: TVM's defaults;
         ``best``: these configs by task key, e.g. a records index's picks, or a records log;
-        ``cuda_graph``: a GPU build replays its kernels as one CUDA graph)."""
+        ``cuda_graph``: a GPU build replays its kernels as one CUDA graph). ``keep=False``
+        returns the build without making it the session's (e.g. an untuned one to compare
+        with): ``compiled``, what ``save`` writes and the build stage's time stay as they were."""
         from .tasks import build_model
 
         self._need_model("build")
         start = time.perf_counter()
-        self._chosen = best
+        chosen = best
         best = best if best is not None else self._best() if tuned else None
-        self.compiled = build_model(self.model, self.target, best,
-                                    threads=self.settings.measure.threads, graph=self.graph,
-                                    cuda_graph=cuda_graph)
-        self._note_provenance(self.compiled, best)
-        self.stages["build"] = time.perf_counter() - start
-        return self.compiled
+        compiled = build_model(self.model, self.target, best,
+                               threads=self.settings.measure.threads, graph=self.graph,
+                               cuda_graph=cuda_graph)
+        self._note_provenance(compiled, best)
+        if keep:
+            self._chosen, self.compiled = chosen, compiled
+            self.stages["build"] = time.perf_counter() - start
+        return compiled
 
     def save(self, directory: str | Path | None = None) -> Path:
         """Save the built module (default: the run directory's ``module``) and the run summary;
@@ -357,6 +362,16 @@ class Session:
 
         return profile_model(self._need_compiled("profile"), repeat=repeat,
                              peak_gflops=peak_gflops)
+
+    @property
+    def torch_source(self) -> tuple:
+        """``(module, example inputs)`` the model was imported from; ``(None, None)`` for an
+        ONNX import or a loaded run."""
+        return self._torch
+
+    def require_compiled(self, what: str):
+        """The built module, or a ``SessionError`` saying ``what`` needs ``build()`` first."""
+        return self._need_compiled(what)
 
     def torch_latency_ms(self, repeat: int = 20) -> float | None:
         """PyTorch eager latency of the imported module (None for ONNX imports)."""

@@ -58,6 +58,7 @@ def tune_model(
     from ..tasks.profile import default_function_shares
     from ..zoo import ZOO
 
+    _check_options(scheduler, tuner, cost_model, hardware_free, verify_top, effort)
     settings = dataclasses.replace(Settings.from_env(), seed=seed)
     try:
         if records is not None and (hardware_free or not records.is_file()):
@@ -85,15 +86,6 @@ def tune_model(
     for t in tasks:
         if not t.tunable:
             console.print(f"  [dim]untunable: {t.describe()}[/dim]")
-
-    from ..tuner.static import EFFORTS
-
-    if effort not in EFFORTS:
-        console.print(f"[red]error:[/red] --effort is one of {', '.join(EFFORTS)}, not {effort!r}")
-        raise typer.Exit(2)
-    if (verify_top or effort != "full") and not hardware_free:
-        console.print("[red]error:[/red] --verify-top and --effort go with --hardware-free")
-        raise typer.Exit(2)
     best = None
     try:
         if records is not None:
@@ -140,6 +132,24 @@ def tune_model(
     console.print(f"saved to {session.run_dir}; stages (s): {summary['stages']}")
     if as_json:
         sys.stdout.write(json.dumps(summary) + "\n")
+
+
+def _check_options(scheduler: str, tuner: str, cost_model: str, hardware_free: bool,
+                   verify_top: int, effort: str) -> None:
+    """Exit 2 on a bad option, before the model is imported (the target: ``_model_target``)."""
+    from ..tasks.scheduler import SCHEDULERS
+    from ..tuner import COST_MODELS
+    from ..tuner.static import EFFORTS
+
+    for name, value, known in (("--effort", effort, EFFORTS), ("--scheduler", scheduler,
+                               SCHEDULERS), ("--tuner", tuner, TUNERS),
+                               ("--cost-model", cost_model, COST_MODELS)):
+        if value not in known:
+            console.print(f"[red]error:[/red] {name} is one of {', '.join(known)}, not {value!r}")
+            raise typer.Exit(2)
+    if (verify_top or effort != "full") and not hardware_free:
+        console.print("[red]error:[/red] --verify-top and --effort go with --hardware-free")
+        raise typer.Exit(2)
 
 
 def _print_default_functions(rows: list[dict]) -> None:
@@ -264,7 +274,7 @@ def _compare(session) -> dict:
                                 torch_peer, warm)
 
     threads = session.settings.measure.threads
-    module, example = session._torch
+    module, example = session.torch_source
     inputs = ([t.numpy() for t in example] if module is not None
               else session.model.random_inputs(seed=0))
     peers = {"tuned_ms": ModelPeer("tensortune", lambda a: session.run(*a))}
@@ -283,9 +293,8 @@ def _compare(session) -> dict:
     times = time_interleaved({k: (lambda p=p: p.run(inputs)) for k, p in peers.items()},
                              rounds=3, per_round=10)
     out = {k: float(np.median(v)) * 1e3 for k, v in times.items()}
-    tuned_module = session.compiled
-    out["untuned_ms"] = session.build(tuned=False).time(repeat=3).median * 1e3
-    session.compiled = tuned_module
+    untuned = session.build(tuned=False, keep=False)  # the tuned build stays the session's
+    out["untuned_ms"] = untuned.time(repeat=3).median * 1e3
     return out
 
 

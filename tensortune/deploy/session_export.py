@@ -11,7 +11,7 @@ from .export import ExportError, export_model, synthetic_recipe
 def export_session(session, out, runtime: bool = False, python: str | None = None,
                    overwrite: bool = False, synthetic_seed: int | None = None) -> dict:
     """Export ``session``'s built model (see ``Session.export``); returns the manifest."""
-    compiled = session._need_compiled("export")
+    compiled = session.require_compiled("export")
     inputs = random_inputs(compiled.inputs, seed=0)
     recipe, values = None, None
     if synthetic_seed is not None:
