@@ -15,8 +15,14 @@ from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+# a tuning loop's stages: BUILD takes the compiler workers, MEASURE a device, the rest one core
 PROPOSE, BUILD, MEASURE, UPDATE = "propose", "build", "measure", "update"
-KINDS = (PROPOSE, BUILD, MEASURE, UPDATE)
+# a whole model's stages around its tuning (``Session``, ``service.job``), each on one core;
+# stored events of earlier versions named them all "propose", which stays a valid kind
+IMPORT, EXTRACT, SYNC_RECORDS, PREDICT = "import", "extract", "sync-records", "predict"
+BUILD_MODEL, PACK = "build-model", "pack"
+KINDS = (PROPOSE, BUILD, MEASURE, UPDATE, IMPORT, EXTRACT, SYNC_RECORDS, PREDICT, BUILD_MODEL,
+         PACK)
 
 
 @dataclass(frozen=True)
