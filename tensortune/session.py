@@ -149,7 +149,7 @@ class Session:
                     on_step: Callable | None = None, on_result: Callable | None = None,
                     cost_model: str = "fresh"):
         """``tune`` as stage requests (``tuner.stages``) for the multi-job scheduler
-        (``tensortune.schedule``): the builder and the runner are the scheduler's."""
+        (``tensortune.orchestrate``): the builder and the runner are the scheduler's."""
         from .records import RecordWriter, load_records
         from .tasks.scheduler import TaskScheduler, history_by_task
         from .tuner.stages import EXTRACT, Stage

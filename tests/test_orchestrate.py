@@ -8,8 +8,8 @@ import time
 import pytest
 
 from tensortune.measure.rpc_runner import DeviceUnavailable
-from tensortune.schedule import Job, StageScheduler
-from tensortune.schedule.devices import Device, DeviceSpec, Layout
+from tensortune.orchestrate import Job, StageScheduler
+from tensortune.orchestrate.devices import Device, DeviceSpec, Layout
 from tensortune.tuner.stages import BUILD, EXTRACT, MEASURE, PROPOSE, UPDATE, Stage
 
 from .fakes import FakeBuilder, ReplayRunner
