@@ -13,6 +13,7 @@ from rich.table import Table
 
 from ..settings import Settings
 from ..tuner import TUNERS, describe
+from ..workload import untimeable_reason
 from .common import choices, console
 
 
@@ -99,7 +100,7 @@ def tune_model(
         raise typer.Exit(2)
     session.build(best=best)
     session.save()
-    if session.target.get("kind") == "cuda":  # compiled for a GPU this machine does not have
+    if untimeable_reason(session.target):  # e.g. compiled for a GPU this machine lacks
         if records is not None:
             _report_from_records(session, counts, as_json)
         else:
@@ -206,10 +207,14 @@ def _from_records(session, log: Path) -> tuple[dict, dict]:
     return best, counts
 
 
+def _device_name(target: dict) -> str:
+    return target.get("arch") or target.get("mcpu") or target["kind"]
+
+
 def _report_from_records(session, counts: dict, as_json: bool) -> None:
     """What a CUDA model built from measured records leaves: the saved module, and per task
     its measured time or that it fell back to the default schedule."""
-    table = Table(title=f"tensortune: {session.model.name} for {session.target.get('arch')} "
+    table = Table(title=f"tensortune: {session.model.name} for {_device_name(session.target)} "
                         f"(run {session.run_id}), from {counts['records']}")
     for col in ("task", "calls", "measured us", "schedule"):
         table.add_column(col, justify="left" if col in ("task", "schedule") else "right")
@@ -220,8 +225,8 @@ def _report_from_records(session, counts: dict, as_json: bool) -> None:
     console.print(table)
     console.print(f"{counts['from_records']} tasks measured ({counts['measured_ms']:.3f} ms of "
                   f"kernel time), {counts['fallback']} on the default schedule; saved to "
-                  f"{session.run_dir} (module/); not run: no {session.target['kind']} device "
-                  "here")
+                  f"{session.run_dir} (module/); not run: "
+                  f"{untimeable_reason(session.target)}")
     if as_json:
         summary = {"run_id": session.run_id, "model": session.model.name,
                    "target": session.target, "tuned_ms": None,
@@ -236,7 +241,7 @@ def _report_cross_compiled(session, counts: dict, as_json: bool) -> None:
     task's predicted time and throughput (nothing can be timed here)."""
     from ..session import task_label
 
-    table = Table(title=f"tensortune: {session.model.name} for {session.target.get('arch')} "
+    table = Table(title=f"tensortune: {session.model.name} for {_device_name(session.target)} "
                         f"(run {session.run_id}), predicted")
     for col in ("task", "calls", "predicted us", "TFLOP/s"):
         table.add_column(col, justify="left" if col == "task" else "right")
@@ -251,8 +256,8 @@ def _report_cross_compiled(session, counts: dict, as_json: bool) -> None:
         table.add_row(task_label(t)[-48:], str(t.weight),
                       f"{seconds * 1e6:.1f}" if seconds else "-", f"{tflops or 0:.2f}")
     console.print(table)
-    console.print(f"saved to {session.run_dir} (module/, metaschedule/); not run: no "
-                  f"{session.target['kind']} device here")
+    console.print(f"saved to {session.run_dir} (module/, metaschedule/); not run: "
+                  f"{untimeable_reason(session.target)}")
     if as_json:
         summary = {"run_id": session.run_id, "model": session.model.name,
                    "target": session.target, "tuned_ms": None, **counts, "tasks": rows,

@@ -26,6 +26,7 @@ from ..session import task_label
 from ..settings import Settings
 from ..tuner.stages import (BUILD_MODEL, EXTRACT, IMPORT, MEASURE, PACK, PREDICT, SYNC_RECORDS,
                              Stage)
+from ..workload import untimeable_reason
 from .index import RecordsIndex
 from .store import Store
 
@@ -177,7 +178,7 @@ def _hardware_free(plan: JobPlan, session, store: Store):
                      note=f"hardware-free: {summary['compiled']} candidates compiled, none run")
     yield Stage(BUILD_MODEL, lambda _: session.build(), task="build model")
     latency = None
-    if plan.target.get("kind") != "cuda":
+    if not untimeable_reason(plan.target):  # a hardware-free job may be for another device
         latency = yield Stage(MEASURE, lambda _: _time(session, plan.repeat), task="time model")
     return (yield from _finish(plan, session, store, latency, tuned=True))
 
