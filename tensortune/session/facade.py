@@ -181,9 +181,8 @@ class Session:
                     cost_model: str = "fresh"):
         """``tune`` as stage requests (``tuner.stages``) for the multi-job scheduler
         (``tensortune.orchestrate``): the builder and the runner are the scheduler's."""
-        from ..records import RecordWriter, load_records
-        from ..tasks.scheduler import TaskScheduler, history_by_task
         from ..tuner.stages import EXTRACT, Stage
+        from .measured import tune_measured
 
         tasks = yield Stage(EXTRACT, lambda _: [t for t in self.extract() if t.tunable],
                             task="extract")
@@ -192,41 +191,16 @@ class Session:
         self._check_timeable("tune it --hardware-free (tune_hardware_free) or on a host "
                              "that runs the target")
         start = time.perf_counter()
-        history = {}
-        if self.records_path.exists():
-            history = history_by_task(load_records(self.records_path), [t.task for t in tasks])
-        if well_tuned is None:
-            well_tuned = max(self.settings.search.batch_size, trials // len(tasks))
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        # the run's log has errors.log beside it; the shared records are a copy of the same
-        run_log = RecordWriter(self.run_dir / "log.jsonl")
-        shared = RecordWriter(self.records_path, copy=True)
-        callbacks = [run_log.append, shared.append] + ([on_result] if on_result else [])
-        try:
-            sched = TaskScheduler(
-                [(task_label(t), t.task, t.weight) for t in tasks], None, None, self.settings,
-                lambda task: self._loop(task, tuner, features, cost_model),
-                history=history, callbacks=callbacks, strategy=scheduler, well_tuned=well_tuned,
-                seed=self.settings.seed)
-            schedule = yield from sched.stages(trials, on_step)
-        finally:
-            run_log.close()
-            shared.close()
+        schedule = yield from tune_measured(tasks, self.settings, self.run_dir / "log.jsonl",
+                                            self.records_path, trials, scheduler, tuner,
+                                            features, well_tuned, on_step, on_result,
+                                            cost_model)
         self.stages["tune"] = self.stages.get("tune", 0.0) + time.perf_counter() - start
         # the hardware-free picks of an earlier call stay: the build prefers them, as before
         self.tuned = dataclasses.replace(self.tuned, schedule=schedule)
         self.built = None
         self._write_run()
         return schedule
-
-    def _loop(self, task, tuner: str, features: str, cost_model: str = "fresh"):
-        from ..space import task_seeds, task_space
-        from ..tuner import make_loop
-
-        space = task_space(task)
-        seeds = task_seeds(task, space) if self.settings.search.seeds else ()
-        return make_loop(tuner, space, self.settings, features, seeds=seeds,
-                         cost_model=cost_model)
 
     def tune_hardware_free(self, verify_top: int = 0, on_task: Callable | None = None,
                            model=None, effort: str = "full") -> dict:
