@@ -129,8 +129,8 @@ def untimeable_reason(target: dict, cpuinfo: str | None = None, cuda_here: bool 
     runner), or a CPU target compiled to instructions this CPU lacks (its code dies with
     SIGILL). The one place that decides it; ``check_timeable`` raises it."""
     if target.get("kind") == "cuda" and not cuda_here:
-        return (f"a CUDA target ({target.get('arch')}) is timed only on a GPU host (its device "
-                "runner), not on this one")
+        return (f"a CUDA target ({target.get('arch')}) is timed only through a GPU host's "
+                "device runner: no GPU is timed on here")
     missing = missing_host_features(target, cpuinfo)
     if missing:
         return (f"the target mcpu {target.get('mcpu')} uses {', '.join(missing)}, which this CPU "
