@@ -285,7 +285,8 @@ class Session:
         session.run_id, session.run_dir = info["run_id"], run_dir
         session.target, session.stages = info["target"], dict(info.get("stages", {}))
         session.results = dict(info.get("results", {}))
-        session.built = BuiltModel(CompiledModel.load(module_dir, threads=settings.measure.threads))
+        compiled = CompiledModel.load(module_dir, threads=settings.measure.threads)
+        session.built = BuiltModel(compiled)
         return session
 
     def export(self, out: str | Path, runtime: bool = False, python: str | None = None,

@@ -1,4 +1,5 @@
-"""The hardware-free tuning stage (Tuna's mode): tasks in, ``TunedRecords`` of predicted picks out."""
+"""The hardware-free tuning stage (Tuna's mode): tasks in, ``TunedRecords`` of predicted
+picks out."""
 from __future__ import annotations
 
 import dataclasses
