@@ -25,8 +25,8 @@ import numpy as np
 from tensortune.measure import LocalBuilder, LocalRunner, MeasureInput, use_threads
 from tensortune.peers.models import time_interleaved
 from tensortune.records import load_records
-from tensortune.schedule import Layout, load_jobs, parse_devices
-from tensortune.schedule.runs import run_schedule
+from tensortune.orchestrate import Layout, load_jobs, parse_devices
+from tensortune.orchestrate.runs import run_schedule
 from tensortune.settings import Settings
 from tensortune.space import Config
 from tensortune.workload import Task, default_target, workload_from_dict

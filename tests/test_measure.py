@@ -238,6 +238,20 @@ def test_missing_host_features_name_what_a_target_needs_and_the_cpu_lacks():
     assert missing_host_features({"kind": "cuda", "arch": "sm_90"}, ZEN3_FLAGS) == []
 
 
+def test_check_timeable_is_the_one_verdict_on_what_this_host_can_time():
+    from tensortune.workload import UntimeableTarget, check_timeable, untimeable_reason
+
+    zen5 = {"kind": "llvm", "mcpu": "znver5", "num-cores": 2}
+    with pytest.raises(UntimeableTarget, match="znver5 uses avx512f, .*this CPU lacks; do X"):
+        check_timeable(zen5, "do X", cpuinfo=ZEN3_FLAGS)
+    check_timeable(zen5, cpuinfo=ZEN5_FLAGS)
+    check_timeable({"kind": "llvm"}, cpuinfo=ZEN3_FLAGS)
+    cuda = {"kind": "cuda", "arch": "sm_90"}
+    with pytest.raises(ValueError, match="CUDA target"):
+        check_timeable(cuda, cpuinfo=ZEN5_FLAGS)
+    assert untimeable_reason(cuda, ZEN5_FLAGS, cuda_here=True) == ""  # a GPU host's runner
+
+
 def test_a_target_this_host_cannot_execute_is_refused_not_crashed_through(monkeypatch):
     from tensortune.measure import runner as runner_mod
     from tensortune.tuner import tune_task
@@ -248,8 +262,6 @@ def test_a_target_this_host_cannot_execute_is_refused_not_crashed_through(monkey
     monkeypatch.setattr(task_mod, "missing_host_features",
                         lambda target, cpuinfo=None: real(target, ZEN3_FLAGS))
     monkeypatch.setattr("tensortune.workload.missing_host_features",
-                        task_mod.missing_host_features)
-    monkeypatch.setattr("tensortune.tuner.api.missing_host_features",
                         task_mod.missing_host_features)
     task = Task(Matmul(m=16, n=16, k=16), {"kind": "llvm", "mcpu": "znver5", "num-cores": 2})
     with pytest.raises(ValueError, match="avx512f, .*which this CPU lacks"):

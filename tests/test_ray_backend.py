@@ -1,5 +1,5 @@
-"""The scheduler's stages on a local Ray cluster (``schedule.ray_backend``), against the same job
-run locally and through a real TVM RPC tracker and server on 127.0.0.1."""
+"""The scheduler's stages on a local Ray cluster (``orchestrate.ray_backend``), against the same
+job run locally and through a real TVM RPC tracker and server on 127.0.0.1."""
 from __future__ import annotations
 
 import os
@@ -11,11 +11,11 @@ import ray
 
 from tensortune.measure import DeviceUnavailable, ErrorKind, MeasureInput
 from tensortune.records import load_records
-from tensortune.schedule import JobSpec, Resources, StageScheduler, make_job
-from tensortune.schedule.devices import DeviceSpec, Layout
-from tensortune.schedule import ray_backend
-from tensortune.schedule.ray_backend import (RayBuilder, RayDeviceRunner, RayResources, _remote,
-                                             _split, resource_name)
+from tensortune.orchestrate import JobSpec, Resources, StageScheduler, make_job
+from tensortune.orchestrate.devices import DeviceSpec, Layout
+from tensortune.orchestrate import ray_backend
+from tensortune.orchestrate.ray_backend import (RayBuilder, RayDeviceRunner, RayResources,
+                                                _remote, _split, resource_name)
 from tensortune.settings import MeasureSettings, Settings
 from tensortune.space import Config, task_seeds, task_space
 from tensortune.workload import Matmul, Task, default_target

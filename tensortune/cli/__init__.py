@@ -5,7 +5,7 @@
 * ``runs``: ``evaluate``, ``profile`` and ``runs`` (saved runs);
 * ``dataset``: ``dataset collect|remeasure|info|features``;
 * ``costmodel``: ``costmodel eval|compare``;
-* ``schedule``: ``schedule`` (many jobs under one scheduler) and ``experiment`` (grids);
+* ``orchestrate``: ``schedule`` (many jobs under one scheduler) and ``experiment`` (grids);
 * ``measure``: ``measure export|import`` (batches of CUDA candidates for a GPU host);
 * ``deploy``: ``export`` (a saved run as a directory that runs without the compiler);
 * ``service``: ``serve`` (the tuning service) and its clients ``submit``, ``jobs``, ``fetch``;
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import typer
 
-from . import costmodel, dataset, deploy, logs, measure, model, ops, runs, schedule, service
+from . import costmodel, dataset, deploy, logs, measure, model, ops, orchestrate, runs, service
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="tensortune: tune tensor programs on Apache TVM.")
@@ -37,7 +37,7 @@ model.register(app)
 runs.register(app)
 dataset.register(app)
 costmodel.register(app)
-schedule.register(app)
+orchestrate.register(app)
 measure.register(app)
 deploy.register(app)
 service.register(app)

@@ -13,6 +13,7 @@ from rich.table import Table
 
 from ..settings import Settings
 from ..tuner import TUNERS, describe
+from ..workload import untimeable_reason
 from .common import choices, console
 
 
@@ -58,6 +59,7 @@ def tune_model(
     from ..tasks.profile import default_function_shares
     from ..zoo import ZOO
 
+    _check_options(scheduler, tuner, cost_model, hardware_free, verify_top, effort)
     settings = dataclasses.replace(Settings.from_env(), seed=seed)
     try:
         if records is not None and (hardware_free or not records.is_file()):
@@ -85,15 +87,6 @@ def tune_model(
     for t in tasks:
         if not t.tunable:
             console.print(f"  [dim]untunable: {t.describe()}[/dim]")
-
-    from ..tuner.static import EFFORTS
-
-    if effort not in EFFORTS:
-        console.print(f"[red]error:[/red] --effort is one of {', '.join(EFFORTS)}, not {effort!r}")
-        raise typer.Exit(2)
-    if (verify_top or effort != "full") and not hardware_free:
-        console.print("[red]error:[/red] --verify-top and --effort go with --hardware-free")
-        raise typer.Exit(2)
     best = None
     try:
         if records is not None:
@@ -107,7 +100,7 @@ def tune_model(
         raise typer.Exit(2)
     session.build(best=best)
     session.save()
-    if session.target.get("kind") == "cuda":  # compiled for a GPU this machine does not have
+    if untimeable_reason(session.target):  # e.g. compiled for a GPU this machine lacks
         if records is not None:
             _report_from_records(session, counts, as_json)
         else:
@@ -142,6 +135,24 @@ def tune_model(
         sys.stdout.write(json.dumps(summary) + "\n")
 
 
+def _check_options(scheduler: str, tuner: str, cost_model: str, hardware_free: bool,
+                   verify_top: int, effort: str) -> None:
+    """Exit 2 on a bad option, before the model is imported (the target: ``_model_target``)."""
+    from ..tasks.scheduler import SCHEDULERS
+    from ..tuner import COST_MODELS
+    from ..tuner.static import EFFORTS
+
+    for name, value, known in (("--effort", effort, EFFORTS), ("--scheduler", scheduler,
+                               SCHEDULERS), ("--tuner", tuner, TUNERS),
+                               ("--cost-model", cost_model, COST_MODELS)):
+        if value not in known:
+            console.print(f"[red]error:[/red] {name} is one of {', '.join(known)}, not {value!r}")
+            raise typer.Exit(2)
+    if (verify_top or effort != "full") and not hardware_free:
+        console.print("[red]error:[/red] --verify-top and --effort go with --hardware-free")
+        raise typer.Exit(2)
+
+
 def _print_default_functions(rows: list[dict]) -> None:
     """Each function on TVM's default schedule with its time and share of the latency."""
     if not rows:
@@ -155,15 +166,16 @@ def _print_default_functions(rows: list[dict]) -> None:
 
 
 def _model_target(text: str, settings, hardware_free: bool, verify_top: int) -> dict:
-    """``--target`` as a target dict; CUDA only hardware-free (no GPU here to time on)."""
-    from ..workload import parse_target
+    """``--target`` as a target dict; one this host cannot time only hardware-free."""
+    from ..workload import check_timeable, parse_target
 
     target = parse_target(text, settings.measure.threads)
-    if target["kind"] == "cuda" and (not hardware_free or verify_top):
-        raise ValueError("a CUDA target is tuned --hardware-free here (the analytical GPU model "
-                         "over nvcc's PTX), without --verify-top, or built from records "
-                         "measured on the GPU (`measure export --model`, then --records): this "
-                         "machine has no GPU")
+    if not hardware_free or verify_top:  # refused here, before the import and the extraction
+        check_timeable(target, "a CUDA target is tuned --hardware-free here (the analytical GPU "
+                       "model over nvcc's PTX), without --verify-top, or built from records "
+                       "measured on the GPU (`measure export --model`, then --records)"
+                       if target["kind"] == "cuda" else "tune it --hardware-free (without "
+                       "--verify-top) or on a host that runs it")
     return target
 
 
@@ -195,10 +207,14 @@ def _from_records(session, log: Path) -> tuple[dict, dict]:
     return best, counts
 
 
+def _device_name(target: dict) -> str:
+    return target.get("arch") or target.get("mcpu") or target["kind"]
+
+
 def _report_from_records(session, counts: dict, as_json: bool) -> None:
     """What a CUDA model built from measured records leaves: the saved module, and per task
     its measured time or that it fell back to the default schedule."""
-    table = Table(title=f"tensortune: {session.model.name} for {session.target.get('arch')} "
+    table = Table(title=f"tensortune: {session.model.name} for {_device_name(session.target)} "
                         f"(run {session.run_id}), from {counts['records']}")
     for col in ("task", "calls", "measured us", "schedule"):
         table.add_column(col, justify="left" if col in ("task", "schedule") else "right")
@@ -209,8 +225,8 @@ def _report_from_records(session, counts: dict, as_json: bool) -> None:
     console.print(table)
     console.print(f"{counts['from_records']} tasks measured ({counts['measured_ms']:.3f} ms of "
                   f"kernel time), {counts['fallback']} on the default schedule; saved to "
-                  f"{session.run_dir} (module/); not run: no {session.target['kind']} device "
-                  "here")
+                  f"{session.run_dir} (module/); not run: "
+                  f"{untimeable_reason(session.target)}")
     if as_json:
         summary = {"run_id": session.run_id, "model": session.model.name,
                    "target": session.target, "tuned_ms": None,
@@ -225,7 +241,7 @@ def _report_cross_compiled(session, counts: dict, as_json: bool) -> None:
     task's predicted time and throughput (nothing can be timed here)."""
     from ..session import task_label
 
-    table = Table(title=f"tensortune: {session.model.name} for {session.target.get('arch')} "
+    table = Table(title=f"tensortune: {session.model.name} for {_device_name(session.target)} "
                         f"(run {session.run_id}), predicted")
     for col in ("task", "calls", "predicted us", "TFLOP/s"):
         table.add_column(col, justify="left" if col == "task" else "right")
@@ -240,8 +256,8 @@ def _report_cross_compiled(session, counts: dict, as_json: bool) -> None:
         table.add_row(task_label(t)[-48:], str(t.weight),
                       f"{seconds * 1e6:.1f}" if seconds else "-", f"{tflops or 0:.2f}")
     console.print(table)
-    console.print(f"saved to {session.run_dir} (module/, metaschedule/); not run: no "
-                  f"{session.target['kind']} device here")
+    console.print(f"saved to {session.run_dir} (module/, metaschedule/); not run: "
+                  f"{untimeable_reason(session.target)}")
     if as_json:
         summary = {"run_id": session.run_id, "model": session.model.name,
                    "target": session.target, "tuned_ms": None, **counts, "tasks": rows,
@@ -263,7 +279,7 @@ def _compare(session) -> dict:
                                 torch_peer, warm)
 
     threads = session.settings.measure.threads
-    module, example = session._torch
+    module, example = session.torch_source
     inputs = ([t.numpy() for t in example] if module is not None
               else session.model.random_inputs(seed=0))
     peers = {"tuned_ms": ModelPeer("tensortune", lambda a: session.run(*a))}
@@ -282,9 +298,8 @@ def _compare(session) -> dict:
     times = time_interleaved({k: (lambda p=p: p.run(inputs)) for k, p in peers.items()},
                              rounds=3, per_round=10)
     out = {k: float(np.median(v)) * 1e3 for k, v in times.items()}
-    tuned_module = session.compiled
-    out["untuned_ms"] = session.build(tuned=False).time(repeat=3).median * 1e3
-    session.compiled = tuned_module
+    untuned = session.build(tuned=False, keep=False)  # the tuned build stays the session's
+    out["untuned_ms"] = untuned.time(repeat=3).median * 1e3
     return out
 
 

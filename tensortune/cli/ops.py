@@ -13,7 +13,7 @@ from rich.table import Table
 
 from ..settings import Settings
 from ..tuner import SEARCHES, TUNERS, describe
-from ..workload import (OPS, Task, WorkloadError, missing_host_features, parse_target,
+from ..workload import (OPS, Task, UntimeableTarget, WorkloadError, check_timeable, parse_target,
                         workload_from_dict)
 from .common import choices, console
 
@@ -133,13 +133,14 @@ def tune_op(
             raise ValueError("tune-op --hardware-free is for CPU targets; for CUDA use "
                              "tune-model --hardware-free --target cuda:<arch>")
         if target["kind"] == "cuda" and not cuda_url:
-            raise ValueError("CUDA candidates are timed on a GPU: pass --device cuda:http://HOST:"
-                             "PORT (a GPU host running `python -m tensortune.device_runner "
-                             "--serve`), or tune in rounds with `tensortune measure export` "
-                             "and `measure import`")
+            check_timeable(target, "pass --device cuda:http://HOST:PORT (a GPU host running "
+                           "`python -m tensortune.device_runner --serve`), or tune in rounds "
+                           "with `tensortune measure export` and `measure import`")
         if cuda_url and target["kind"] != "cuda":
             raise ValueError(f"--device {device} times CUDA kernels; pass --target cuda:<arch>")
         rpc_device = None if device == "local" or cuda_url else RPCDevice.parse(device)
+        if device == "local" and not hardware_free:  # refused before any work
+            check_timeable(target, "tune it --hardware-free or on a host that runs it")
     except ValueError as err:
         console.print(f"[red]error:[/red] {err}")
         raise typer.Exit(2)
@@ -235,10 +236,12 @@ def _hardware_free(task, settings, verify_top: int, log: Path, rpc_device=None) 
     from ..records import RecordWriter
     from ..tuner.static import predict_best, shipped_model, time_top
 
-    if verify_top and rpc_device is None and missing_host_features(task.target):
-        console.print("[red]error:[/red] --verify-top times candidates, but this host cannot run "
-                      f"the target (mcpu {task.target.get('mcpu')})")
-        raise typer.Exit(2)
+    if verify_top and rpc_device is None:
+        try:
+            check_timeable(task.target, "--verify-top times candidates: drop it, or pass --device")
+        except UntimeableTarget as err:
+            console.print(f"[red]error:[/red] {err}")
+            raise typer.Exit(2)
     with shipped_model(settings) as model:
         res = predict_best(task, model, settings, seed=settings.seed)
     if res.best is None:

@@ -37,7 +37,7 @@ def serve(
     """Run the tuning service: jobs, state and records under TENSORTUNE_HOME."""
     import uvicorn
 
-    from ..schedule import POLICIES
+    from ..orchestrate import POLICIES
     from ..service.app import ServiceConfig, create_app, ensure_token_file, load_tokens
 
     if policy not in POLICIES:

@@ -4,14 +4,14 @@ from __future__ import annotations
 import numpy as np
 
 from ..frontend.model import random_inputs
-from ..workload import default_target, missing_host_features
+from ..workload import default_target, untimeable_reason
 from .export import ExportError, export_model, synthetic_recipe
 
 
 def export_session(session, out, runtime: bool = False, python: str | None = None,
                    overwrite: bool = False, synthetic_seed: int | None = None) -> dict:
     """Export ``session``'s built model (see ``Session.export``); returns the manifest."""
-    compiled = session._need_compiled("export")
+    compiled = session.require_compiled("export")
     inputs = random_inputs(compiled.inputs, seed=0)
     recipe, values = None, None
     if synthetic_seed is not None:
@@ -28,7 +28,7 @@ def export_session(session, out, runtime: bool = False, python: str | None = Non
 def reference_outputs(session, compiled, inputs, weights=None) -> list[np.ndarray]:
     """The outputs for ``inputs`` (with ``weights`` instead of the model's, if given): the
     build itself where this host runs it, else an untuned build of the model for this CPU."""
-    if compiled.target.get("kind") == "llvm" and not missing_host_features(compiled.target):
+    if compiled.target.get("kind") == "llvm" and not untimeable_reason(compiled.target):
         return (compiled if weights is None else compiled.with_weights(weights)).run(*inputs)
     from ..tasks import build_model
 

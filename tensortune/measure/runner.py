@@ -197,14 +197,13 @@ class LocalRunner:
                           build_s, run_s, s.run_timeout_s)
 
     def _why_unrunnable(self, target: dict) -> str:
-        from ..workload import missing_host_features, target_key
+        from ..workload import target_key, untimeable_reason
 
         key = target_key(target)
         if key not in self._unrunnable:
-            missing = missing_host_features(target)
-            self._unrunnable[key] = (
-                f"not run: target mcpu {target.get('mcpu')} uses {', '.join(missing)}, which this "
-                "host lacks" if missing else "")
+            # CUDA passes: a GPU host's device runner times its kernels with this runner
+            why = untimeable_reason(target, cuda_here=True)
+            self._unrunnable[key] = f"not run: {why}" if why else ""
         return self._unrunnable[key]
 
     def close(self) -> None:

@@ -161,18 +161,13 @@ def create_app(settings: Settings, config: ServiceConfig) -> FastAPI:
 
 
 def _target(text: str, hardware_free: bool, threads: int) -> dict:
-    from ..workload import missing_host_features, parse_target
+    from ..workload import UntimeableTarget, check_timeable, parse_target
 
     try:
         target = parse_target(text, threads)
-    except ValueError as err:
-        raise HTTPException(422, str(err)) from None
-    if not hardware_free:
-        if target.get("kind") == "cuda":
-            raise HTTPException(422, f"target {text!r} cannot be timed on this server: "
-                                     "submit it with hardware_free=true")
-        missing = missing_host_features(target)
-        if missing:
-            raise HTTPException(422, f"target {text!r} needs {', '.join(missing)}, which this "
-                                     "server's CPU lacks: submit it with hardware_free=true")
+        if not hardware_free:
+            check_timeable(target, "submit it with hardware_free=true")
+    except ValueError as err:  # UntimeableTarget is one
+        raise HTTPException(422, f"target {text!r}: {err}" if isinstance(err, UntimeableTarget)
+                            else str(err)) from None
     return target

@@ -14,8 +14,8 @@ import threading
 import time
 from pathlib import Path
 
-from ..schedule.devices import Layout, Resources, parse_devices
-from ..schedule.scheduler import Job, StageScheduler
+from ..orchestrate.devices import Layout, Resources, parse_devices
+from ..orchestrate.scheduler import Job, StageScheduler
 from ..settings import Settings
 from ..tuner.stages import MEASURE
 from .index import RecordsIndex

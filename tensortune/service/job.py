@@ -24,7 +24,9 @@ from pathlib import Path
 
 from ..session import task_label
 from ..settings import Settings
-from ..tuner.stages import MEASURE, PROPOSE, Stage
+from ..tuner.stages import (BUILD_MODEL, EXTRACT, IMPORT, MEASURE, PACK, PREDICT, SYNC_RECORDS,
+                             Stage)
+from ..workload import untimeable_reason
 from .index import RecordsIndex
 from .store import Store
 
@@ -115,13 +117,13 @@ def job_stages(plan: JobPlan, settings: Settings, index: RecordsIndex, store: St
     from ..session import Session
 
     settings = dataclasses.replace(settings, target=plan.target)
-    session = yield Stage(PROPOSE, lambda _: Session.from_onnx(
+    session = yield Stage(IMPORT, lambda _: Session.from_onnx(
         plan.dir / MODEL_FILE, plan.input_shapes, settings=settings), task="import")
-    tasks = yield Stage(PROPOSE, lambda _: [t for t in session.extract() if t.tunable],
+    tasks = yield Stage(EXTRACT, lambda _: [t for t in session.extract() if t.tunable],
                         task="extract")
     if plan.hardware_free:
         return (yield from _hardware_free(plan, session, store))
-    yield Stage(PROPOSE, lambda _: index.sync(), task="records")
+    yield Stage(SYNC_RECORDS, lambda _: index.sync(), task="records")
     known = index.best_configs([t.task for t in tasks])
     progress = Progress(store, plan, tasks, known, trials_done)
     progress.save()
@@ -140,7 +142,7 @@ def job_stages(plan: JobPlan, settings: Settings, index: RecordsIndex, store: St
             on_step=lambda prog, charged: progress.on_step(charged))
         remaining -= result.trials
         well_tuned = 1 << 30  # a second round tunes every task, however tuned before
-        yield Stage(PROPOSE, lambda _: index.sync(), task="records")
+        yield Stage(SYNC_RECORDS, lambda _: index.sync(), task="records")
         if sla is None or result.trials == 0:
             break
         predicted = progress.predicted_ms()
@@ -171,18 +173,18 @@ def _configs(index: RecordsIndex, tasks, progress: Progress) -> dict:
 
 
 def _hardware_free(plan: JobPlan, session, store: Store):
-    summary = yield Stage(PROPOSE, lambda _: session.tune_hardware_free(), task="hardware-free")
+    summary = yield Stage(PREDICT, lambda _: session.tune_hardware_free(), task="hardware-free")
     store.update_job(plan.id, predicted_ms=summary["predicted_ms"],
                      note=f"hardware-free: {summary['compiled']} candidates compiled, none run")
-    yield Stage(PROPOSE, lambda _: session.build(), task="build model")
+    yield Stage(BUILD_MODEL, lambda _: session.build(), task="build model")
     latency = None
-    if plan.target.get("kind") != "cuda":
+    if not untimeable_reason(plan.target):  # a hardware-free job may be for another device
         latency = yield Stage(MEASURE, lambda _: _time(session, plan.repeat), task="time model")
     return (yield from _finish(plan, session, store, latency, tuned=True))
 
 
 def _build_and_time(plan: JobPlan, session, best: dict):
-    yield Stage(PROPOSE, lambda _: session.build(best=best), task="build model")
+    yield Stage(BUILD_MODEL, lambda _: session.build(best=best), task="build model")
     # timed in this process while the scheduler holds the device (and, on ``local``, the CPU)
     return (yield Stage(MEASURE, lambda _: _time(session, plan.repeat), task="time model"))
 
@@ -192,7 +194,7 @@ def _time(session, repeat: int) -> float:
 
 
 def _finish(plan: JobPlan, session, store: Store, latency_ms: float | None, tuned: bool):
-    yield Stage(PROPOSE, lambda _: pack(session, plan.dir / ARTIFACT), task="artifact")
+    yield Stage(PACK, lambda _: pack(session, plan.dir / ARTIFACT), task="artifact")
     sla = plan.sla_ms
     met = None if sla is None or latency_ms is None else latency_ms <= sla
     fields = {}

@@ -12,7 +12,7 @@ from ..records import RecordWriter, load_records, records_for
 from ..search import STRATEGIES, check_options
 from ..settings import Settings
 from ..space import task_seeds, task_space
-from ..workload import Task, missing_host_features
+from ..workload import Task, check_timeable
 from .evaluator import BuildLimit, Evaluator
 from .loop import TuneLoop, TuneResult
 from .stages import StageGen, drive
@@ -127,11 +127,8 @@ def tune_task(task: Task, trials: int, tuner: str = "xgb", log: str | Path | Non
     settings = settings or Settings()
     if trials < 0:
         raise ValueError(f"trials must be >= 0, got {trials}")
-    missing = missing_host_features(task.target) if trials and runner is None else []
-    if missing:
-        raise ValueError(f"cannot measure on this host: the target (mcpu {task.target['mcpu']}) "
-                         f"compiles to {', '.join(missing)}, which this CPU lacks; tune for "
-                         "default_target() or on a machine that has them")
+    if trials and runner is None:
+        check_timeable(task.target, "tune for default_target() or on a machine that can run it")
     m = settings.measure
     own_runner = runner is None
     runner = LocalRunner(m) if own_runner else runner

@@ -3,8 +3,8 @@
 A tuning job is a generator of ``Stage`` requests (seed 002, section 3.4): *propose* a batch
 (search and cost model, CPU), *build* it (compiler workers, CPU), *measure* it (a device, one
 candidate at a time) and *update* the model (CPU). The generator is sent each stage's result
-and holds no resource in between, so a scheduler (``tensortune.schedule``) can run other jobs'
-stages meanwhile. A tuple of stages is a group that may run at once (measure one part of a
+and holds no resource in between, so a scheduler (``tensortune.orchestrate``) can run other
+jobs' stages meanwhile. A tuple of stages is a group that may run at once (measure one part of a
 batch while the next part builds); the generator is sent the tuple of their results. ``drive``
 runs a job's stages one after another on one builder and one runner: the one-job use that
 ``TuneLoop.step`` and ``TaskScheduler.run`` are.
@@ -15,8 +15,14 @@ from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+# a tuning loop's stages: BUILD takes the compiler workers, MEASURE a device, the rest one core
 PROPOSE, BUILD, MEASURE, UPDATE = "propose", "build", "measure", "update"
-KINDS = (PROPOSE, BUILD, MEASURE, UPDATE)
+# a whole model's stages around its tuning (``Session``, ``service.job``), each on one core;
+# stored events of earlier versions named them all "propose", which stays a valid kind
+IMPORT, EXTRACT, SYNC_RECORDS, PREDICT = "import", "extract", "sync-records", "predict"
+BUILD_MODEL, PACK = "build-model", "pack"
+KINDS = (PROPOSE, BUILD, MEASURE, UPDATE, IMPORT, EXTRACT, SYNC_RECORDS, PREDICT, BUILD_MODEL,
+         PACK)
 
 
 @dataclass(frozen=True)

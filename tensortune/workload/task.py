@@ -119,6 +119,34 @@ def missing_host_features(target: dict, cpuinfo: str | None = None) -> list[str]
             if flag not in flags and codegen.target_has_features(name, tgt)]
 
 
+class UntimeableTarget(ValueError):
+    """This host cannot time candidates for the target (``check_timeable``)."""
+
+
+def untimeable_reason(target: dict, cpuinfo: str | None = None, cuda_here: bool = False) -> str:
+    """Why this host cannot time code compiled for ``target`` ('' when it can): a CUDA target
+    (timed only on a GPU host's device runner, unless ``cuda_here``: the caller is that
+    runner), or a CPU target compiled to instructions this CPU lacks (its code dies with
+    SIGILL). The one place that decides it; ``check_timeable`` raises it."""
+    if target.get("kind") == "cuda" and not cuda_here:
+        return (f"a CUDA target ({target.get('arch')}) is timed only through a GPU host's "
+                "device runner: no GPU is timed on here")
+    missing = missing_host_features(target, cpuinfo)
+    if missing:
+        return (f"the target mcpu {target.get('mcpu')} uses {', '.join(missing)}, which this CPU "
+                "lacks")
+    return ""
+
+
+def check_timeable(target: dict, remedy: str = "", cpuinfo: str | None = None) -> None:
+    """Raise ``UntimeableTarget`` when this host cannot time ``target`` (``untimeable_reason``);
+    ``remedy`` says what to do instead, after the reason."""
+    reason = untimeable_reason(target, cpuinfo)
+    if reason:
+        raise UntimeableTarget(f"cannot time candidates on this host: {reason}"
+                               + (f"; {remedy}" if remedy else ""))
+
+
 def vector_lanes(target: dict) -> int:
     """float32 lanes of the widest vector an LLVM x86 ``target`` compiles to: 16 with
     AVX-512, 8 with AVX2 (and for a target without an ``mcpu``)."""

@@ -23,25 +23,26 @@ from pathlib import Path
 
 import numpy as np
 
-from .settings import Settings
-from .workload import default_target
-
-RUN_FILE = "run.json"
-
-
-class SessionError(RuntimeError):
-    """A session step asked for in the wrong state (e.g. ``run`` before ``build``)."""
+from ..settings import Settings
+from ..workload import default_target
+from . import values
+from .runs import RUN_FILE, SessionError, model_from_spec, task_label
+from .values import BuiltModel, ExtractedTasks, ImportedModel, SavedRun, TunedRecords
 
 
 class Session:
-    """One model's journey: import, extract, tune, build, save, run, evaluate."""
+    """One model's journey: import, extract, tune, build, save, run, evaluate. A facade over
+    the stages' values (``session.values``): it keeps the latest of each (``imported``,
+    ``extracted``, ``tuned``, ``built``, ``saved``) and the run's bookkeeping."""
 
     def __init__(self, model, spec: dict, settings: Settings | None = None,
                  torch_module=None, example_inputs=None, import_s: float = 0.0):
-        from .tasks.graph import GraphOptions
+        from ..tasks.graph import GraphOptions
 
         self.settings = settings or Settings.from_env()
-        self.model = model
+        # a loaded run has no model: only its saved module
+        self.imported = (ImportedModel(model, torch_module, example_inputs, import_s)
+                         if model is not None else None)
         self.spec = spec
         # the whole-model rewrites (layout, Winograd: ``tasks.graph``); part of the spec, since
         # tasks, records and the saved module all depend on them
@@ -55,14 +56,47 @@ class Session:
         self.run_id = time.strftime("%Y%m%d-%H%M%S-") + f"{name}-{secrets.token_hex(3)}"
         self.run_dir = self.settings.home / "runs" / self.run_id
         self.stages: dict[str, float] = {"import": import_s}
-        self.tasks = None
-        self.schedule = None
-        self.compiled = None
+        self.extracted: ExtractedTasks | None = None
+        self.tuned = TunedRecords()
+        self.built: BuiltModel | None = None
+        self.saved: SavedRun | None = None
         self.results: dict = {}
-        self.static: dict = {}  # task key -> tuner.static.StaticResult (hardware-free tuning)
-        self.verified: dict = {}  # task key -> the fastest timed of its best predicted configs
-        self._torch = (torch_module, example_inputs)
-        self._chosen = None  # the configs ``build`` was given, which ``save`` writes too
+
+    # -- the latest values, as the attributes callers know ---------------------------------------
+    @property
+    def model(self):
+        """The imported model (``frontend.Model``); None for a loaded run."""
+        return self.imported.model if self.imported is not None else None
+
+    @property
+    def tasks(self) -> list | None:
+        """The extracted tasks, None before ``extract``."""
+        return list(self.extracted.tasks) if self.extracted is not None else None
+
+    @property
+    def schedule(self):
+        """The last measured tuning's ``ScheduleResult`` (None before one)."""
+        return self.tuned.schedule
+
+    @property
+    def static(self):
+        """Task key -> ``tuner.static.StaticResult`` of the hardware-free tuning."""
+        return self.tuned.static
+
+    @property
+    def verified(self):
+        """Task key -> the fastest timed of its best predicted configs (``verify_top``)."""
+        return self.tuned.verified
+
+    @property
+    def compiled(self):
+        """The built module (``tasks.CompiledModel``), None before ``build``."""
+        return self.built.compiled if self.built is not None else None
+
+    @compiled.setter
+    def compiled(self, compiled) -> None:
+        chosen = self.built.chosen if self.built is not None else None
+        self.built = BuiltModel(compiled, chosen) if compiled is not None else None
 
     # -- import ---------------------------------------------------------------------------------
     @classmethod
@@ -71,7 +105,7 @@ class Session:
         """Import a ``torch.nn.Module`` through torch.export and the Relax torch frontend;
         ``graph`` (``tasks.graph.GraphOptions``, a layout name or a dict; default NHWC with
         Winograd) chooses the whole-model rewrites it is compiled with."""
-        from .frontend import from_torch
+        from ..frontend import from_torch
 
         start = time.perf_counter()
         model = from_torch(module, tuple(example_inputs), name=name)
@@ -82,7 +116,7 @@ class Session:
     def from_onnx(cls, path, input_shapes: dict | None = None,
                   settings: Settings | None = None, graph=None) -> "Session":
         """Import an ONNX file; an operator the frontend can't take is named in the error."""
-        from .frontend import from_onnx
+        from ..frontend import from_onnx
 
         start = time.perf_counter()
         model = from_onnx(path, input_shapes)
@@ -97,7 +131,7 @@ class Session:
         """A model of the built-in zoo (random weights), imported from PyTorch; ``image_size``
         None: the model's own default (``zoo.default_image_size``: 224, YOLO 640, U-Net 256),
         which the run's spec records."""
-        from .zoo import default_image_size, zoo_model
+        from ..zoo import default_image_size, zoo_model
 
         if image_size is None:
             image_size = default_image_size(name)
@@ -115,12 +149,9 @@ class Session:
     def extract(self):
         """The model's distinct tunable functions with their weights (cached)."""
         self._need_model("extract tasks")
-        if self.tasks is None:
-            from .tasks import extract_tasks
-
-            start = time.perf_counter()
-            self.tasks = extract_tasks(self.model, self.target, graph=self.graph)
-            self.stages["extract"] = time.perf_counter() - start
+        if self.extracted is None:
+            self.extracted = values.extract(self.imported, self.target, self.graph)
+            self.stages["extract"] = self.extracted.extract_s
         return self.tasks
 
     def tune(self, trials: int, scheduler: str = "gradient", tuner: str = "xgb",
@@ -133,8 +164,8 @@ class Session:
         this budget) is skipped; the others start warm from the global records. ``cost_model``
         ``pretrained`` starts each task from the shipped model (``tuner.make_loop``).
         """
-        from .measure import LocalBuilder, LocalRunner
-        from .tuner.stages import drive
+        from ..measure import LocalBuilder, LocalRunner
+        from ..tuner.stages import drive
 
         stages = self.tune_stages(trials, scheduler, tuner, features, well_tuned, on_step,
                                   on_result, cost_model)
@@ -149,58 +180,27 @@ class Session:
                     on_step: Callable | None = None, on_result: Callable | None = None,
                     cost_model: str = "fresh"):
         """``tune`` as stage requests (``tuner.stages``) for the multi-job scheduler
-        (``tensortune.schedule``): the builder and the runner are the scheduler's."""
-        from .records import RecordWriter, load_records
-        from .tasks.scheduler import TaskScheduler, history_by_task
-        from .tuner.stages import PROPOSE, Stage
-        from .workload import missing_host_features
+        (``tensortune.orchestrate``): the builder and the runner are the scheduler's."""
+        from ..tuner.stages import EXTRACT, Stage
+        from .measured import tune_measured
 
-        tasks = yield Stage(PROPOSE, lambda _: [t for t in self.extract() if t.tunable],
+        tasks = yield Stage(EXTRACT, lambda _: [t for t in self.extract() if t.tunable],
                             task="extract")
         if not tasks:
             raise SessionError(f"{self.model.name} has no tunable task")
-        if self.target.get("kind") == "cuda":
-            raise SessionError("a CUDA target cannot be timed on this machine: tune it "
-                               "--hardware-free (tune_hardware_free)")
-        missing = missing_host_features(self.target)
-        if missing:
-            raise SessionError(f"cannot time candidates here: the target (mcpu "
-                               f"{self.target.get('mcpu')}) needs {', '.join(missing)}, which "
-                               "this CPU lacks; tune it --hardware-free or on such a machine")
+        self._check_timeable("tune it --hardware-free (tune_hardware_free) or on a host "
+                             "that runs the target")
         start = time.perf_counter()
-        history = {}
-        if self.records_path.exists():
-            history = history_by_task(load_records(self.records_path), [t.task for t in tasks])
-        if well_tuned is None:
-            well_tuned = max(self.settings.search.batch_size, trials // len(tasks))
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        # the run's log has errors.log beside it; the shared records are a copy of the same
-        run_log = RecordWriter(self.run_dir / "log.jsonl")
-        shared = RecordWriter(self.records_path, copy=True)
-        callbacks = [run_log.append, shared.append] + ([on_result] if on_result else [])
-        try:
-            sched = TaskScheduler(
-                [(task_label(t), t.task, t.weight) for t in tasks], None, None, self.settings,
-                lambda task: self._loop(task, tuner, features, cost_model),
-                history=history, callbacks=callbacks, strategy=scheduler, well_tuned=well_tuned,
-                seed=self.settings.seed)
-            self.schedule = yield from sched.stages(trials, on_step)
-        finally:
-            run_log.close()
-            shared.close()
+        schedule = yield from tune_measured(tasks, self.settings, self.run_dir / "log.jsonl",
+                                            self.records_path, trials, scheduler, tuner,
+                                            features, well_tuned, on_step, on_result,
+                                            cost_model)
         self.stages["tune"] = self.stages.get("tune", 0.0) + time.perf_counter() - start
-        self.compiled = None
+        # the hardware-free picks of an earlier call stay: the build prefers them, as before
+        self.tuned = dataclasses.replace(self.tuned, schedule=schedule)
+        self.built = None
         self._write_run()
-        return self.schedule
-
-    def _loop(self, task, tuner: str, features: str, cost_model: str = "fresh"):
-        from .space import task_seeds, task_space
-        from .tuner import make_loop
-
-        space = task_space(task)
-        seeds = task_seeds(task, space) if self.settings.search.seeds else ()
-        return make_loop(tuner, space, self.settings, features, seeds=seeds,
-                         cost_model=cost_model)
+        return schedule
 
     def tune_hardware_free(self, verify_top: int = 0, on_task: Callable | None = None,
                            model=None, effort: str = "full") -> dict:
@@ -214,97 +214,63 @@ class Session:
         by the costly model (``tuner.static.predict_many``). Returns the counts
         (``compiled``, ``timed``) and the predicted latency of the tuned functions. ``model``
         replaces the shipped one (``tuner.pretrained_model``)."""
-        from .measure import LocalBuilder, LocalRunner
-        from .records import RecordWriter
-        from .tuner.static import predict_many, shipped_model, time_top
-        from .workload import missing_host_features
+        from .hardware_free import tune_hardware_free
 
-        cuda = self.target.get("kind") == "cuda"
-        if verify_top and (cuda or missing_host_features(self.target)):
-            raise SessionError("--verify-top times candidates, but this host cannot run the "
-                               f"target ({self.target.get('mcpu') or self.target.get('arch')})")
-        if cuda and model is None:
-            from .cost_model.pretrained import cuda_model
-
-            model = cuda_model(self.target["arch"], self.settings.seed)
-        start, extracted = time.perf_counter(), self.tasks is not None
-        self.static = {}
-        with shipped_model(self.settings, model) as model:  # its compile workers start now
-            tasks = [t for t in self.extract() if t.tunable]
-            if not extracted:  # its own stage, as in ``tune``
-                start += self.stages["extract"]
-            picks = predict_many([t.task for t in tasks], model, self.settings,
-                                 seed=self.settings.seed, effort=effort,
-                                 weights=[t.weight for t in tasks])
-            for t, result in zip(tasks, picks, strict=True):
-                self.static[t.key] = result
-                if on_task:
-                    on_task(t, result)
-        timed = 0
         if verify_top:
-            m = self.settings.measure
-            with LocalBuilder(m.build_workers, m.build_timeout_s) as builder, \
-                    LocalRunner(m) as runner, RecordWriter(self.run_dir / "log.jsonl") as log, \
-                    RecordWriter(self.records_path, copy=True) as shared:
-                for t in tasks:
-                    config, ran = time_top(self.static[t.key], verify_top, builder, runner,
-                                           [log.append, shared.append])
-                    timed += min(verify_top, len(self.static[t.key].ranked))
-                    if ran is not None:  # the fastest measured config replaces the pick
-                        self.verified[t.key] = config
-        predicted = [(t.weight, self.static[t.key].predicted_seconds) for t in tasks]
-        summary = {"mode": "hardware-free", "effort": effort, "compiled": sum(r.compiled for r in
-                                                             self.static.values()),
-                   "timed": timed, "predicted_ms": sum(w * s for w, s in predicted if s) * 1e3}
+            self._check_timeable("--verify-top times candidates: tune without it")
+        start, extracted = time.perf_counter(), self.extracted is not None
+        self.tuned = tune_hardware_free(self.extract, self.target, self.settings,
+                                        (self.run_dir / "log.jsonl", self.records_path),
+                                        self.tuned, verify_top, on_task, model, effort)
+        if not extracted:  # its own stage, as in ``tune``
+            start += self.stages["extract"]
+        summary = dict(self.tuned.summary)
         self.stages["tune"] = self.stages.get("tune", 0.0) + time.perf_counter() - start
         self.results["tuning"] = summary
-        self.compiled = None
+        self.built = None
         self._write_run()
         return summary
 
     def _best(self):
         """What the build uses: the hardware-free picks (the timed best where verified), else
         the records (each task's best measured config), else nothing (TVM's defaults)."""
-        if self.static:
-            return {k: self.verified.get(k, r.best) for k, r in self.static.items() if r.best}
-        return self.records_path if self.records_path.exists() else None
+        return self.tuned.best(self.records_path)
 
     # -- build, save, load ------------------------------------------------------------------------------
-    def build(self, tuned: bool = True, best: dict | None = None, cuda_graph: bool = True):
+    def build(self, tuned: bool = True, best: dict | None = None, cuda_graph: bool = True,
+              keep: bool = True):
         """Compile the model, each task with its best record (``tuned=False``: TVM's defaults;
         ``best``: these configs by task key, e.g. a records index's picks, or a records log;
-        ``cuda_graph``: a GPU build replays its kernels as one CUDA graph)."""
-        from .tasks import build_model
-
+        ``cuda_graph``: a GPU build replays its kernels as one CUDA graph). ``keep=False``
+        returns the build without making it the session's (e.g. an untuned one to compare
+        with): ``compiled``, what ``save`` writes and the build stage's time stay as they were."""
         self._need_model("build")
         start = time.perf_counter()
-        self._chosen = best
-        best = best if best is not None else self._best() if tuned else None
-        self.compiled = build_model(self.model, self.target, best,
-                                    threads=self.settings.measure.threads, graph=self.graph,
-                                    cuda_graph=cuda_graph)
-        self._note_provenance(self.compiled, best)
-        self.stages["build"] = time.perf_counter() - start
-        return self.compiled
+        used = best if best is not None else self._best() if tuned else None
+        built = values.build(self.imported, self.target, used, self.settings.measure.threads,
+                             self.graph, cuda_graph, chosen=best)
+        self._note_provenance(built.compiled, used)
+        if keep:
+            self.built = built
+            self.stages["build"] = time.perf_counter() - start
+        return built.compiled
 
     def save(self, directory: str | Path | None = None) -> Path:
         """Save the built module (default: the run directory's ``module``) and the run summary;
         the best schedules are also written as a MetaSchedule database beside it."""
-        from .tasks import write_metaschedule_db
-
-        compiled = self._need_compiled("save")
-        out = compiled.save(Path(directory) if directory else self.run_dir / "module")
-        best = self._chosen if self._chosen is not None else self._best()
-        if self.model is not None and self.tasks is not None and best is not None:
-            write_metaschedule_db([t for t in self.tasks if t.tunable], best,
-                                  self.run_dir / "metaschedule")
+        self._need_compiled("save")
+        best = self.built.chosen if self.built.chosen is not None else self._best()
+        tasks = self.extracted if self.model is not None else None
+        self.saved = values.save(self.built, Path(directory) if directory else
+                                 self.run_dir / "module", tasks, best,
+                                 self.run_dir / "metaschedule")
         self._write_run()
-        return out
+        return self.saved.module_dir
 
     @classmethod
     def load(cls, run: str | Path, settings: Settings | None = None) -> "Session":
         """A saved run (by id under the home directory, or a run directory) ready to run."""
-        from .tasks import CompiledModel
+        from ..tasks import CompiledModel
 
         settings = settings or Settings.from_env()
         run_dir = Path(run) if Path(run).is_dir() else settings.home / "runs" / str(run)
@@ -319,7 +285,8 @@ class Session:
         session.run_id, session.run_dir = info["run_id"], run_dir
         session.target, session.stages = info["target"], dict(info.get("stages", {}))
         session.results = dict(info.get("results", {}))
-        session.compiled = CompiledModel.load(module_dir, threads=settings.measure.threads)
+        compiled = CompiledModel.load(module_dir, threads=settings.measure.threads)
+        session.built = BuiltModel(compiled)
         return session
 
     def export(self, out: str | Path, runtime: bool = False, python: str | None = None,
@@ -330,7 +297,7 @@ class Session:
         ``runtime`` bundles TVM's runtime (for ``python``, e.g. "3.12"); ``synthetic_seed``
         ships no weights: the loader makes them from the seed (to time a model on a host its
         weights cannot travel to; the test vector uses them too)."""
-        from .deploy import export_session
+        from ..deploy import export_session
 
         return export_session(self, out, runtime, python, overwrite, synthetic_seed)
 
@@ -338,7 +305,7 @@ class Session:
         """Note in ``compiled.functions`` where each config came from (``tasks.provenance``):
         this run's log, the shared records and the log the build read, the hardware-free
         picks."""
-        from .tasks.provenance import note_provenance
+        from ..tasks.provenance import note_provenance
 
         logs = [self.run_dir / "log.jsonl", self.records_path]
         if isinstance(best, (str, Path)) and Path(best) not in logs:
@@ -362,14 +329,26 @@ class Session:
 
     def profile(self, repeat: int = 20, peak_gflops: float | None = None):
         """Where the built model's time goes, per fused function (``tasks.profile``)."""
-        from .tasks.profile import profile_model
+        from ..tasks.profile import profile_model
 
         return profile_model(self._need_compiled("profile"), repeat=repeat,
                              peak_gflops=peak_gflops)
 
+    @property
+    def torch_source(self) -> tuple:
+        """``(module, example inputs)`` the model was imported from; ``(None, None)`` for an
+        ONNX import or a loaded run."""
+        if self.imported is None:
+            return None, None
+        return self.imported.torch_module, self.imported.example_inputs
+
+    def require_compiled(self, what: str):
+        """The built module, or a ``SessionError`` saying ``what`` needs ``build()`` first."""
+        return self._need_compiled(what)
+
     def torch_latency_ms(self, repeat: int = 20) -> float | None:
         """PyTorch eager latency of the imported module (None for ONNX imports)."""
-        module, inputs = self._torch
+        module, inputs = self.torch_source
         if module is None:
             return None
         import torch
@@ -406,50 +385,21 @@ class Session:
         """The imported model; for a loaded run, imported again from its spec (zoo or ONNX)."""
         return self.model if self.model is not None else model_from_spec(self.spec)
 
+    def _check_timeable(self, remedy: str) -> None:
+        """``workload.check_timeable`` for this session's target, as a ``SessionError``."""
+        from ..workload import UntimeableTarget, check_timeable
+
+        try:
+            check_timeable(self.target, remedy)
+        except UntimeableTarget as err:
+            raise SessionError(str(err)) from None
+
     def _need_model(self, what: str) -> None:
         if self.model is None:
             raise SessionError(f"cannot {what}: a loaded run has no model; import it again")
 
     def _need_compiled(self, what: str):
-        if self.compiled is None:
+        if self.built is None:
             raise SessionError(f"cannot {what}: build() the model first")
         return self.compiled
-
-
-def model_from_spec(spec: dict):
-    """The model a run was made from, imported again from its spec (zoo or ONNX runs)."""
-    from .frontend import from_onnx
-    from .zoo import zoo_model
-
-    if spec.get("source") == "zoo":
-        from .frontend import from_torch
-
-        # every zoo run records its size; a spec without one means the model's default
-        module, inputs = zoo_model(spec["name"], batch=spec.get("batch", 1),
-                                   image_size=spec.get("image_size"),
-                                   seq_len=spec.get("seq_len", 128))
-        return from_torch(module, inputs, name=spec["name"])
-    if spec.get("source") == "onnx":
-        return from_onnx(spec["path"])
-    raise SessionError(f"run of {spec.get('name')!r} came from a {spec.get('source')} module; "
-                       "import it again in Python to rebuild it")
-
-
-def task_label(t) -> str:
-    """A task's unique, readable label: its function name (several tasks of a model can share
-    one, e.g. every conv2d+add+relu) plus the head of its key."""
-    return f"{t.name}#{t.key[:6]}"
-
-
-def list_runs(settings: Settings | None = None) -> list[dict]:
-    """Every run under the home directory, newest first."""
-    settings = settings or Settings.from_env()
-    root = settings.home / "runs"
-    runs = []
-    for path in sorted(root.glob(f"*/{RUN_FILE}"), reverse=True) if root.exists() else []:
-        try:
-            runs.append(json.loads(path.read_text()))
-        except (OSError, json.JSONDecodeError):
-            continue  # a run being written right now
-    return runs
 

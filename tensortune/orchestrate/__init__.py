@@ -1,4 +1,5 @@
-"""Many tuning jobs on shared cores and devices: the load-aware scheduler (seed 002).
+"""Many tuning jobs on shared cores and devices: the load-aware scheduler (seed 002). Named
+``orchestrate``, not ``schedule``: a schedule is TVM's loop transformation everywhere else.
 
 ``devices`` (what builds and what times), ``scheduler`` (the policies over jobs' stages),
 ``jobs`` (jobs files and the jobs they describe), ``ray_backend`` (the same stages on a Ray

@@ -5,7 +5,8 @@ Each job is a generator of ``Stage`` requests (``tuner.stages``). Policies:
 * ``load-aware``: every job is live; a stage starts as soon as its resource is free, the
   waiting stage of the job with the highest priority, then, while no device has work, a build
   (a measurement follows it at once), then the job served least so far (fair share), goes
-  first. CPU stages (propose, update) take one build core, a build takes all of
+  first. CPU stages (propose, update, a model's import, extract, build-model, pack) take one
+  build core, a build takes all of
   them, a measurement takes one device exclusively (and on ``local``, the whole CPU as well).
 * ``sequential``: the same resources, one job at a time (in priority, then submission order)
   and one stage at a time, a group's in turn: each job as it would run alone (``drive``).
@@ -329,7 +330,8 @@ class StageScheduler:
             stages = item if job._group else (item,)
             job._pending = list(enumerate(stages))
             job._values, job._left = [None] * len(stages), len(stages)
-            job.current = ", ".join(f"{s.kind} {s.task}".strip() for s in stages)
+            job.current = ", ".join(s.kind if s.task in ("", s.kind) else f"{s.kind} {s.task}"
+                                    for s in stages)
         except StopIteration as stop:
             job._pending, job.current, job.state, job.result = [], "", "done", stop.value
             try:

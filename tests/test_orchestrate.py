@@ -8,9 +8,9 @@ import time
 import pytest
 
 from tensortune.measure.rpc_runner import DeviceUnavailable
-from tensortune.schedule import Job, StageScheduler
-from tensortune.schedule.devices import Device, DeviceSpec, Layout
-from tensortune.tuner.stages import BUILD, MEASURE, PROPOSE, UPDATE, Stage
+from tensortune.orchestrate import Job, StageScheduler
+from tensortune.orchestrate.devices import Device, DeviceSpec, Layout
+from tensortune.tuner.stages import BUILD, EXTRACT, MEASURE, PROPOSE, UPDATE, Stage
 
 from .fakes import FakeBuilder, ReplayRunner
 
@@ -119,16 +119,16 @@ def test_an_idle_device_gets_the_build_before_a_fairer_jobs_long_proposal():
     def job(name, first):
         def stages():
             yield Stage(first, lambda _: time.sleep(0.2), 4)
-            if first == PROPOSE:
+            if first == EXTRACT:
                 yield Stage(BUILD, lambda b: time.sleep(0.02), 4)
             yield Stage(MEASURE, lambda r: time.sleep(0.2), 4)
             return 4
         return Job(name, stages, lambda n: {"trials": n})
 
     # "extract" was submitted first and served no less, but only a build feeds the device
-    report = run("load-aware", [job("extract", PROPOSE), job("op", BUILD)])
+    report = run("load-aware", [job("extract", EXTRACT), job("op", BUILD)])
     cpu = sorted((e for e in report.events if e.resource == "cpu"), key=lambda e: e.start)
-    assert [(e.job, e.kind) for e in cpu[:2]] == [("op", BUILD), ("extract", PROPOSE)]
+    assert [(e.job, e.kind) for e in cpu[:2]] == [("op", BUILD), ("extract", EXTRACT)]
     measure = next(e for e in report.events if e.job == "op" and e.kind == MEASURE)
     assert measure.start < cpu[1].end  # measured while the other job proposed
 

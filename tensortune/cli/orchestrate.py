@@ -32,8 +32,8 @@ def schedule(
 ) -> None:
     """Tune many jobs at once on shared cores and devices; print each job's best, the
     makespan and each resource's busy fraction."""
-    from ..schedule import POLICIES, JobsFileError, load_jobs, parse_devices
-    from ..schedule.runs import run_schedule
+    from ..orchestrate import POLICIES, JobsFileError, load_jobs, parse_devices
+    from ..orchestrate.runs import run_schedule
 
     if policy not in POLICIES:
         fail(f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)}")
@@ -109,7 +109,7 @@ def experiment(
     seed: int = typer.Option(0, help="random seed"),
 ) -> None:
     """Run every combination of a grid's parameters; one CSV row each, plus plots."""
-    from ..schedule.experiment import GridError, load_grid, run_grid
+    from ..orchestrate.experiment import GridError, load_grid, run_grid
 
     try:
         grid = load_grid(grid_file)

@@ -12,10 +12,10 @@ from typer.testing import CliRunner
 
 from tensortune.cli import app
 from tensortune.records import load_records
-from tensortune.schedule import (DeviceSpec, JobsFileError, Layout, Resources, load_jobs,
-                                 parse_devices)
-from tensortune.schedule.experiment import GridError, load_grid, run_grid
-from tensortune.schedule.runs import run_schedule
+from tensortune.orchestrate import (DeviceSpec, JobsFileError, Layout, Resources, load_jobs,
+                                    parse_devices)
+from tensortune.orchestrate.experiment import GridError, load_grid, run_grid
+from tensortune.orchestrate.runs import run_schedule
 from tensortune.settings import MeasureSettings, Settings
 
 FAST = MeasureSettings(build_workers=2, number=2, repeat=2, min_repeat_ms=1, run_timeout_s=20)
