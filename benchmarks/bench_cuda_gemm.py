@@ -321,7 +321,8 @@ def peer_timings(batch, table: list, args) -> list:
     for row in table:
         spec = batch.data[row["data"]]
         host, ref = load_data(spec)
-        backend.expect(ref, spec.output.stride)  # (the fake backend's output; a no-op on CuPy)
+        # (the fake backend's output; a no-op on CuPy)
+        backend.expect(ref, spec.output.stride, len(host))
         dev = [backend.upload(a) for a in host]
         picks = [("gemm", b["index"]) for b in row["gemm_best"]]
         if row["generic"]["best"]:

@@ -30,9 +30,9 @@ class Backend(Protocol):
 
     def download(self, array: Any) -> np.ndarray: ...
 
-    def expect(self, ref: np.ndarray, stride: int = 1) -> None:
+    def expect(self, ref: np.ndarray, stride: int = 1, out_index: int = -1) -> None:
         """The next candidate's reference output, every ``stride``-th element of the flat
-        output (only the fake uses it)."""
+        output, ``buffers[out_index]`` of its launches (only the fake uses it)."""
 
     def launch(self, handle: Any, kernels: Sequence[KernelSpec], buffers: Sequence[Any]) -> None:
         """Launch all kernels of a candidate once, in order (asynchronously)."""
@@ -80,7 +80,7 @@ class CupyBackend:
     def download(self, array: Any) -> np.ndarray:
         return self._cp.asnumpy(array)
 
-    def expect(self, ref: np.ndarray, stride: int = 1) -> None:
+    def expect(self, ref: np.ndarray, stride: int = 1, out_index: int = -1) -> None:
         pass
 
     def launch(self, handle: Any, kernels: Sequence[KernelSpec], buffers: Sequence[Any]) -> None:
@@ -146,7 +146,7 @@ class FakeBackend:
 
     def __init__(self) -> None:
         self._ref: np.ndarray | None = None
-        self._stride = 1
+        self._stride, self._out = 1, -1
 
     def device_name(self) -> str:
         return "Fake GPU"
@@ -175,11 +175,11 @@ class FakeBackend:
     def download(self, array: Any) -> np.ndarray:
         return np.array(array, copy=True)
 
-    def expect(self, ref: np.ndarray, stride: int = 1) -> None:
-        self._ref, self._stride = ref, stride
+    def expect(self, ref: np.ndarray, stride: int = 1, out_index: int = -1) -> None:
+        self._ref, self._stride, self._out = ref, stride, out_index
 
     def launch(self, handle: Any, kernels: Sequence[KernelSpec], buffers: Sequence[Any]) -> None:
-        behaviour, out = handle["behaviour"], buffers[-1]
+        behaviour, out = handle["behaviour"], buffers[self._out]  # scratch buffers follow it
         if behaviour == "crash":
             os._exit(3)
         if behaviour == "hang":

@@ -85,7 +85,7 @@ def measure_candidate(backend: Backend, batch: Batch, cand: Candidate,
     try:
         out = backend.zeros(spec.output.shape, spec.output.dtype)
         buffers = [*inputs, out, *(backend.zeros((n,), dtype) for n, dtype in cand.scratch)]
-        backend.expect(ref, stride)
+        backend.expect(ref, stride, len(inputs))
         backend.launch(handle, cand.kernels, buffers)
         backend.synchronize()
         # a reference stored as a strided sample is compared with the same sample
