@@ -49,6 +49,9 @@ static inline float4 make_float4(float a, float b, float c, float d) { return {a
 static inline float2 make_float2(float a, float b) { return {a, b}; }
 static inline int4 make_int4(int a, int b, int c, int d) { return {a, b, c, d}; }
 static inline int2 make_int2(int a, int b) { return {a, b}; }
+// CUDA's math intrinsics that the host's libm lacks (at full precision: a check, not a model)
+static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+static inline float __fdividef(float a, float b) { return a / b; }
 static std::barrier<>* emu_barrier = nullptr;
 static inline void __syncthreads() { emu_barrier->arrive_and_wait(); }
 // shared memory: one arena per block, poisoned with NaN before each block

@@ -189,3 +189,19 @@ def test_a_record_of_the_same_function_with_other_buffer_names_applies_to_the_ta
     assert mine.config in space_here and mine.config["pack_lv19"] == config["pack_lv15"]
     assert best_record([rec], here).config == mine.config
     apply_config(here, mine.config, space_here)  # it schedules the function here
+
+
+def test_a_model_build_takes_the_best_record_that_still_fits_the_space(tmp_path, configs):
+    """A template that changed its space (a ragged axis padded, say) leaves faster records of
+    configs it no longer has: the build takes the best one that applies, not none."""
+    from tensortune.space import Config
+    from tensortune.tasks.compile import best_records_of
+
+    stale = Config({**dict(configs[0]), "tile_i": (16, 1, 1, 3)})  # 48 rows: not this space's
+    path = tmp_path / "log.jsonl"
+    with RecordWriter(path) as writer:
+        writer.append(MeasureInput(TASK, stale), ok(1e-6))
+        writer.append(MeasureInput(TASK, configs[1]), ok(3e-3))
+        writer.append(MeasureInput(TASK, configs[2]), ok(2e-3))
+    assert best_record(load_records(path), TASK).config == stale
+    assert best_records_of(path, [TASK])[TASK.key].config == configs[2]

@@ -11,7 +11,7 @@ from tensortune.frontend import from_torch
 from tensortune.measure import ErrorKind, LocalBuilder, LocalRunner, MeasureInput, MeasureResult
 from tensortune.records import Record, RecordWriter
 from tensortune.settings import MeasureSettings
-from tensortune.space import InvalidConfigError, TemplateMismatch, apply_config, task_space
+from tensortune.space import InvalidConfigError, apply_config, task_space
 from tensortune.tasks import (CompiledModel, applied_functions, build_model,
                               compile_with_metaschedule, extract_tasks, fused_module,
                               list_untunable, prepare, scheduled_module, write_metaschedule_db)
@@ -179,8 +179,10 @@ def test_functions_without_one_reduction_get_the_row_wise_space(tasks, target):
     reshape = _by_name(tasks, "reshape")  # untunable as a view, but the template still fits it
     space = task_space(Task(reshape.task.workload, target))
     assert {k.name for k in space.knobs} == {"rows", "vector", "parallel", "unroll"}
-    with pytest.raises(TemplateMismatch):
-        task_space(Task(reshape.task.workload, target, "cuda.generic"))
+    # on a GPU, cuda.generic's rule for any function (threads, outputs per thread, unroll)
+    cuda = {"kind": "cuda", "arch": "sm_90", "host": {"kind": "llvm"}}
+    gpu = task_space(Task(reshape.task.workload, cuda, "cuda.generic"))
+    assert [k.name for k in gpu.knobs] == ["threads", "elems", "unroll"]
 
 
 def test_builder_and_runner_verify_primfunc_tasks_against_the_reference(tasks, best):

@@ -34,13 +34,16 @@ measure_app = typer.Typer(add_completion=False, no_args_is_help=True,
 
 def parse_workload(text: str):
     """A benchmark operator's name (``conv2d_C7``, ``matmul_512`` ...) or a workload as JSON,
-    keys as in the records (``{"op": "matmul", "m": 64, "n": 64, "k": 64}``)."""
+    keys as in the records (``{"op": "matmul", "m": 64, "n": 64, "k": 64}``), inline or in a
+    ``.json`` file (a fused function's script is long)."""
     from ..dataset.base import benchmark_workloads
     from ..workload import WorkloadError, workload_from_dict
 
     named = benchmark_workloads()
     if text in named:
         return named[text]
+    if text.endswith(".json") and Path(text).is_file():
+        text = Path(text).read_text()
     try:
         spec = json.loads(text)
     except json.JSONDecodeError:
@@ -83,7 +86,7 @@ def model_tasks(models: list[str], settings, image_size: int | None = None) -> l
 @measure_app.command("export")
 def export(
     workloads: Optional[list[str]] = typer.Argument(
-        None, help="benchmark operator names or workload JSON"),
+        None, help="benchmark operator names or workload JSON (inline or a .json file)"),
     out: Path = typer.Option(..., "--out", help="new directory for the batch"),
     model: Optional[list[str]] = typer.Option(
         None, "--model", help="also every tunable task of this model (zoo name or .onnx file); "

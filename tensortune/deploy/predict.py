@@ -122,7 +122,7 @@ class Model:
                             f"({', '.join(t['name'] for t in self.inputs)}), got {len(args)}")
         tensors = []
         for info, value in zip(self.inputs, args):
-            value = np.ascontiguousarray(value, dtype=info["dtype"])
+            value = np.require(value, dtype=info["dtype"], requirements="C")  # keeps 0-d
             if list(value.shape) != info["shape"]:
                 raise ValueError(f"input {info['name']}: expected shape {info['shape']}, got "
                                  f"{list(value.shape)}")

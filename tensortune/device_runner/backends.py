@@ -72,7 +72,7 @@ class CupyBackend:
 
     def upload(self, array: np.ndarray) -> Any:
         # kernels index raw pointers, so the device copy must be C-contiguous
-        return self._cp.asarray(np.ascontiguousarray(array))
+        return self._cp.asarray(np.require(array, requirements="C"))
 
     def zeros(self, shape: Sequence[int], dtype: np.dtype) -> Any:
         return self._cp.zeros(tuple(shape), dtype=dtype)

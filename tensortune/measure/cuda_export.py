@@ -16,6 +16,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import logging
 import math
 import os
 import time
@@ -24,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import full_text, strict
 from ..device_runner.batch import generate_array, reference_sample, sha256_of
 from ..device_runner.batch import read_results as result_lines
 from ..space import Config
@@ -32,6 +34,7 @@ from .cuda_build import launch_spec
 from .types import BuildResult, ErrorKind, MeasureInput, MeasureResult
 
 FORMAT, VERSION = "tensortune.cuda-batch", 2
+logger = logging.getLogger(__name__)
 RESULTS = "results.jsonl"
 # a reference above this is stored as a strided sample of at most this many bytes
 REFERENCE_BYTES = 1 << 20
@@ -82,18 +85,30 @@ def write_batch(out_dir: str | os.PathLike, items: list[tuple[MeasureInput, Buil
     data: dict[str, dict] = {}
     tasks: dict[str, dict] = {}
     candidates = []
-    for index, (inp, build) in enumerate(items):
+    refused: dict[str, str] = {}  # workloads whose reference could not be made: why
+    for position, (inp, build) in enumerate(items):
+        index = len(candidates)
         if build.error is not ErrorKind.NONE or not build.path:
-            raise ExportError(f"candidate {index} did not build ({build.error.value}): only "
+            raise ExportError(f"candidate {position} did not build ({build.error.value}): only "
                               "built candidates are exported")
         if inp.task.target.get("kind") != "cuda":
-            raise ExportError(f"candidate {index} targets {inp.task.target.get('kind')!r}, not "
+            raise ExportError(f"candidate {position} targets {inp.task.target.get('kind')!r}, not "
                               "cuda")
         workload = inp.task.workload
         name = workload.key
+        if name in refused:
+            continue
         if name not in data:
-            data[name] = _write_data(out, name, workload, seed, rtol, atol, generate,
-                                     reference_bytes)
+            try:
+                data[name] = _write_data(out, name, workload, seed, rtol, atol, generate,
+                                         reference_bytes)
+            except Exception as err:  # one task's reference must not cost the batch its builds
+                if strict():
+                    raise
+                refused[name] = f"{workload.describe()}: {type(err).__name__}: {err}"
+                logger.warning("left out of the batch, no reference to check it: %s\n%s",
+                            refused[name], full_text(err))
+                continue
         tasks.setdefault(inp.task.key, task_job(inp.task))
         module = f"kernels/{index}.cubin" + (".gz" if compress else "")
         with open(build.path, "rb") as f:
@@ -107,6 +122,9 @@ def write_batch(out_dir: str | os.PathLike, items: list[tuple[MeasureInput, Buil
                        "build_s": round(build.build_s, 3),
                        "features": {"hardware_cuda": spec.get("hardware_cuda")}},
         })
+    if not candidates:
+        raise ExportError("no candidate has a reference to check it against: "
+                          + "; ".join(refused.values()))
     arch = str(items[0][0].task.target.get("arch", "sm_90"))
     manifest = {"format": FORMAT, "version": VERSION, "arch": arch, "created": time.time(),
                 "numpy": np.__version__, "log": str(log), "timing": timing.to_json(),
@@ -157,7 +175,8 @@ def _write_data(out: Path, name: str, workload, seed: int, rtol: float, atol: fl
         inputs = workload.random_inputs(seed)
     reference = np.asarray(workload.reference(*inputs), dtype=workload.dtype)
     stride = sample_stride(reference.shape, reference.dtype.itemsize, reference_bytes)
-    arrays = {} if generate else {f"in{i}": np.ascontiguousarray(x) for i, x in enumerate(inputs)}
+    arrays = {} if generate else {f"in{i}": np.require(x, requirements="C")
+                                    for i, x in enumerate(inputs)}
     np.savez(out / "data" / f"{name}.npz", **arrays, ref=reference_sample(reference, stride))
     specs = [{"shape": list(x.shape), "dtype": str(x.dtype)} for x in inputs]
     if generate:

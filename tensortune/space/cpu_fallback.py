@@ -73,8 +73,8 @@ def split_reduction(sch, block, vector: int):
 def vectorize_partial(sch, partial) -> None:
     """Move the lane loop of an ``rfactor`` block innermost and vectorize it."""
     loops = sch.get_loops(partial)
-    lane = _bindings(sch, partial)[0]  # rfactor makes the lane iterator the block's first
-    at = [i for i, lp in enumerate(loops) if lane.same_as(_loop_var(sch, lp))]
+    lane = bindings(sch, partial)[0]  # rfactor makes the lane iterator the block's first
+    at = [i for i, lp in enumerate(loops) if lane.same_as(loop_var(sch, lp))]
     if not at:
         return
     if loops[at[0] + 1:] and attempt(sch.reorder, *loops[at[0] + 1:], loops[at[0]]) is None:
@@ -89,14 +89,14 @@ def vectorize_partial(sch, partial) -> None:
         attempt(sch.decompose_reduction, partial, reduce_loops[0])
 
 
-def _bindings(sch, block) -> list:
+def bindings(sch, block) -> list:
     """The loop expressions each iterator of ``block`` is bound to."""
     from tvm_ffi import get_global_func
 
     return list(get_global_func("s_tir.schedule.GetSBlockRealize")(sch, block).iter_values)
 
 
-def _loop_var(sch, loop):
+def loop_var(sch, loop):
     return sch.get(loop).loop_var
 
 
@@ -104,8 +104,8 @@ def _is_reduction_loop(sch, block, loop) -> bool:
     """Whether ``loop`` appears in the binding of a reduction iterator of ``block``."""
     from tvm.tirx.analysis import undefined_vars
 
-    var = _loop_var(sch, loop)
-    for iv, value in zip(sch.get(block).iter_vars, _bindings(sch, block)):
+    var = loop_var(sch, loop)
+    for iv, value in zip(sch.get(block).iter_vars, bindings(sch, block)):
         if int(iv.iter_type) == 2 and any(v.same_as(var) for v in undefined_vars(value)):
             return True
     return False
@@ -150,8 +150,8 @@ def vectorize_inner(sch, block, vector: int, outer=None) -> None:
 def _binds_last_spatial(sch, block, loop) -> bool:
     from tvm.tirx.analysis import undefined_vars
 
-    var = _loop_var(sch, loop)
-    pairs = list(zip(sch.get(block).iter_vars, _bindings(sch, block)))
+    var = loop_var(sch, loop)
+    pairs = list(zip(sch.get(block).iter_vars, bindings(sch, block)))
     spatial = [value for iv, value in pairs if int(iv.iter_type) == 0]
     return bool(spatial) and any(v.same_as(var) for v in undefined_vars(spatial[-1]))
 
@@ -212,10 +212,10 @@ def vectorize_outputs(sch, block, vector: int):
     ``vector`` and vectorize it; returns the first reduction loop (for ``decompose``) or
     None where this does not apply."""
     loops = sch.get_loops(block)
-    values = _bindings(sch, block)
+    values = bindings(sch, block)
     spatial = [v for iv, v in zip(sch.get(block).iter_vars, values)
                if int(iv.iter_type) == 0 and int(iv.dom.extent) > 1]
-    at = [i for i, lp in enumerate(loops) if spatial and spatial[-1].same_as(_loop_var(sch, lp))]
+    at = [i for i, lp in enumerate(loops) if spatial and spatial[-1].same_as(loop_var(sch, lp))]
     if not at or not vector:
         return None
     lane = loops[at[0]]

@@ -54,7 +54,7 @@ from .analysis import short_name
 from .cuda_gemm_info import GemmInfo, Operand, prepare_gemm
 from .cuda_gemm_split import sum_slices, sum_splits
 from .cuda_intrinsics import cp_async_intrin
-from .cuda_template import MAX_SHARED_BYTES, MAX_THREADS, MAX_VTHREADS, _verify
+from .cuda_template import MAX_SHARED_BYTES, MAX_THREADS, MAX_VTHREADS, verify_limits
 from .space import InvalidConfigError
 from .template import SpaceBuilder
 
@@ -86,6 +86,10 @@ def cuda_gemm(cfg, sch):
     if isinstance(cfg, SpaceBuilder):  # defining the space: the knobs are all it needs
         return sch
     slices, splits = K_PARTS[k_parts]
+    if info.padded and pipeline.startswith("async"):
+        # cp.async copies whole elements unconditionally: a padded panel needs its bounds test
+        raise InvalidConfigError(f"pipeline {pipeline}: operands {', '.join(info.padded)} are "
+                                 "padded (a ragged axis), cp.async cannot zero-fill them")
 
     check_limits(info, tile_m, tile_n, tile_k, pipeline, transpose, pad, slices, splits)
     threads = (("threadIdx.z", slices), ("threadIdx.y", tile_m[2]), ("threadIdx.x", tile_n[2]))
@@ -157,7 +161,7 @@ def cuda_gemm(cfg, sch):
     is_async = pipeline.startswith("async")
     for operand, tile_mn in ((info.a, tile_m), (info.b, tile_n)):
         _stage_shared(sch, main, k0, operand, tile_mn, tile_k, threads, transpose, pad,
-                      pipeline, is_async)
+                      pipeline, is_async, operand.buffer in info.padded)
 
     # -- register fragments per k step -------------------------------------------------------------
     for operand, tile_mn in ((info.a, tile_m), (info.b, tile_n)):
@@ -184,7 +188,7 @@ def cuda_gemm(cfg, sch):
         stages = int(pipeline[-1])
         _pipeline(sch, k0, [0, 0, stages - 1], [0, 1, 2])
         sch.annotate(k0, "software_pipeline_async_stages", [0])
-    _verify(sch)
+    verify_limits(sch)
     return sch
 
 
@@ -240,14 +244,18 @@ def check_limits(info: GemmInfo, tile_m, tile_n, tile_k, pipeline: str, transpos
 
 
 def _stage_shared(sch, main, k0, operand: Operand, tile_mn, tile_k, threads, transpose, pad,
-                  pipeline, is_async) -> None:
+                  pipeline, is_async, padded: bool = False) -> None:
     """Copy ``operand``'s panel into shared memory at the K-tile loop: all threads of the
     block, in vectors along the operand's contiguous dimension, stored K-major unless the
-    operand is K-contiguous and ``transpose`` is off."""
+    operand is K-contiguous and ``transpose`` is off. A ``padded`` operand's zero fill is
+    inlined into the copy: it reads the real buffer under a bounds test, no padded copy."""
     from tvm.tirx import IndexMap
 
     index = _read_index(sch, main, operand.buffer)
     shared = sch.cache_read(main, index, "shared")
+    if padded:
+        for producer in sch.get_producers(shared):
+            sch.compute_inline(producer)
     sch.compute_at(shared, k0, preserve_unit_loops=True)
     k_major = transpose or not operand.k_inner
     ndim = operand.ndim

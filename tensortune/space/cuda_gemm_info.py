@@ -2,9 +2,14 @@
 axes, each operand's layout) and the blocks around it (producers inlined, one epilogue chain)."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from .analysis import TemplateMismatch
+
+# an axis of more than RAGGED_MIN whose largest divisor up to 32 is under RAGGED_DIVISOR (197
+# tokens: prime) is padded to a multiple of RAGGED_MULTIPLE: its tiles were 1 or 197 rows
+RAGGED_MIN, RAGGED_DIVISOR, RAGGED_MULTIPLE = 32, 4, 16
 
 @dataclass(frozen=True)
 class Operand:
@@ -30,6 +35,31 @@ class GemmInfo:
     loops: tuple[str, ...]  # the block's iterators in loop order, for the split
     a: Operand
     b: Operand
+    # operands padded for a ragged axis (``pad_ragged``): their zero-filling copy is inlined
+    # into the shared-memory copy, so that it reads the real buffer under a bounds test
+    padded: tuple[str, ...] = ()
+
+
+def pad_ragged(sch, main) -> dict[str, object]:
+    """Pad ``main``'s ragged axes (``RAGGED_*``) with TVM's ``pad_einsum``: its operands read
+    from zero-filled padded copies, its result written to a padded buffer and copied out; the
+    copies' blocks by buffer name (empty where nothing is ragged or TVM refuses)."""
+    factors = []
+    for iv in sch.get(main).iter_vars:
+        n = int(iv.dom.extent)
+        ragged = n > RAGGED_MIN and max(d for d in range(1, 33) if n % d == 0) < RAGGED_DIVISOR
+        factors.append(RAGGED_MULTIPLE if ragged else 1)
+    if all(f == 1 for f in factors):
+        return {}
+    name = sch.get(main).name_hint
+    before = {sch.get(b).name_hint for b in sch.get_producers(main)}
+    try:
+        sch.pad_einsum(main, factors)
+    except Exception:  # noqa: BLE001 - TVM's ScheduleError: not an einsum; left as it is
+        return {}
+    main = sch.get_sblock(name)
+    return {sch.get(b).writes[0].source.name: b for b in sch.get_producers(main)
+            if sch.get(b).name_hint not in before}
 
 
 def gemm_info(sch) -> GemmInfo:
@@ -150,9 +180,11 @@ def prepare_gemm(sch):
     if len(reductions) != 1:
         raise TemplateMismatch(f"a GEMM has one reduction block, found {len(reductions)}")
     main = reductions[0]
+    name = sch.get(main).name_hint
     for producer in sch.get_producers(main):
         sch.compute_inline(producer)  # transposes, reshapes: read through by the shared copy
-    info = gemm_info(sch)
+    pads = pad_ragged(sch, sch.get_sblock(name))
+    info = dataclasses.replace(gemm_info(sch), padded=tuple(pads))
     main = sch.get_sblock(info.name)
     consumers = list(sch.get_consumers(main))
     while len(consumers) == 1 and len(sch.get_consumers(consumers[0])) == 1:
@@ -167,7 +199,8 @@ def prepare_gemm(sch):
         for producer in sch.get_producers(consumer):
             if sch.get(producer).name_hint != info.name:
                 sch.compute_inline(producer)
-    left = len(sch.get_child_blocks(sch.get_sblock("root"))) - 1 - (consumer is not None)
+    left = len(sch.get_child_blocks(sch.get_sblock("root"))) - 1 - (consumer is not None) \
+        - len(info.padded)
     if left:
         raise TemplateMismatch(f"{left} blocks besides the GEMM and its epilogue")
     return main, info, consumer

@@ -48,6 +48,9 @@ def gemm_seeds(space, prim_func, lanes: int = 0, threads: int = 0,
     for variants in SEED_ROUNDS:
         for split_m, split_n in dict.fromkeys(tiles):
             for pipeline, transpose, k_tile in variants:
+                if info.padded and pipeline.startswith("async"):
+                    # a padded panel is copied under a bounds test, which cp.async cannot do
+                    pipeline = "double" if pipeline == "async3" else "prefetch"
                 bm, bn = math.prod(split_m[1:]), math.prod(split_n[1:])
                 bk = _largest_divisor(k, k_tile if bm * bn < 128 * 128 else 8)
                 split_k = (k // bk, bk)

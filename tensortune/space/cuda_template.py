@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import math
 
-from .analysis import analyze, short_name
+from .analysis import TemplateMismatch, analyze, short_name
+from .cuda_fallback import cuda_fallback
 from .space import InvalidConfigError
 
 MAX_THREADS = 1024  # threads per block
@@ -30,7 +31,10 @@ VERIFY_TARGET = {"kind": "cuda", "arch": "sm_90", "host": {"kind": "llvm"}}
 
 def cuda_generic(cfg, sch):
     """Define (with a ``SpaceBuilder``) or apply (with a ``ConfigSource``) the CUDA space."""
-    info = analyze(sch)
+    try:
+        info = analyze(sch)
+    except TemplateMismatch:  # not one tiled reduction: the rule for any function
+        return cuda_fallback(cfg, sch)
     if not info.reduce:
         raise InvalidConfigError(f"block {info.name} has no reduction axis")
 
@@ -101,11 +105,11 @@ def cuda_generic(cfg, sch):
     if unroll:
         sch.annotate(bx, "pragma_auto_unroll_max_step", unroll)
         sch.annotate(bx, "pragma_unroll_explicit", unroll_explicit)
-    _verify(sch)
+    verify_limits(sch)
     return sch
 
 
-def _verify(sch) -> None:
+def verify_limits(sch) -> None:
     """Lower the schedule as ``tvm.compile`` does and check the kernels against the GPU limits."""
     from tvm.s_tir.analysis import verify_gpu_code
 

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from ..errors import strict
 from ..frontend import Model
 from ..measure import use_threads
-from ..records import Record, best_record, load_records
+from ..records import Record, best_record, load_records, records_for
 from ..space import (Config, InvalidConfigError, apply_config, task_seeds, task_space,
                      template_for)
 from ..workload import Task
@@ -18,14 +18,29 @@ from .weights import lift_weights
 
 
 def best_records_of(log: str | os.PathLike, tasks: list[Task]) -> dict[str, Record]:
-    """``{task key: best error-free record}`` of the tasks that have one in the records log."""
+    """``{task key: best error-free record}`` of the tasks that have one in the records log,
+    among those whose config belongs to the task's current space (a template that changed its
+    space, padding a ragged axis say, leaves older records that no longer apply)."""
     records = load_records(log)
     found = {}
     for task in tasks:
         record = best_record(records, task)
-        if record is not None:
-            found[task.key] = record
+        if record is None:
+            continue
+        space = task_space(task)
+        if not _belongs(space, record.config):
+            ok = sorted((r for r in records_for(records, task) if r.ok), key=lambda r: r.cost)
+            record = next((r for r in ok if _belongs(space, r.config)), record)
+        found[task.key] = record
     return found
+
+
+def _belongs(space, config: Config) -> bool:
+    try:
+        space.digits(config)
+    except InvalidConfigError:
+        return False
+    return True
 
 
 Best = Mapping[str, Config] | str | os.PathLike  # task key -> config, or a records log

@@ -118,7 +118,7 @@ class CompiledModel:
                 if not np.can_cast(x.dtype, info.dtype, "same_kind"):
                     raise ValueError(f"input {info.name}: expected {info.dtype}, got {x.dtype}")
                 x = x.astype(info.dtype)
-            tensor.copyfrom(np.ascontiguousarray(x))
+            tensor.copyfrom(np.require(x, requirements="C"))
             args.append(tensor)
         return args + self._runtime[4]
 

@@ -54,6 +54,6 @@ def lift_weights(mod, min_bytes: int = MIN_BYTES) -> tuple[object, tuple[Weight,
                           main.is_pure, main.attrs, main.span).with_attrs(attrs)
     out = mod.clone() if hasattr(mod, "clone") else mod
     out["main"] = func
-    weights = tuple(Weight(str(var.name), np.ascontiguousarray(const.value.numpy()))
+    weights = tuple(Weight(str(var.name), np.require(const.value.numpy(), requirements="C"))
                     for const, var in lifted)
     return out, weights

@@ -259,6 +259,13 @@ def _first_round(tasks, fresh: list[int], counts: list[int], known: list, log, b
     want = {i: max(counts[i], math.ceil(pool * counts[i])) for i in fresh}
     spaces = {i: task_space(tasks[i][0]) for i in fresh}
     tried = {i: {r.config for r in known[i]} for i in fresh}
+    # the template's own starting points (cuda.gemm's near-cuBLAS tiles) go first into each
+    # pool, and up to a third of the picks are kept for them whatever the model ranks
+    seeded = {i: task_seeds(tasks[i][0], spaces[i]) if settings.search.seeds else []
+              for i in fresh}
+    seeds = {i: [c for c in seeded[i] if c not in tried[i]] for i in fresh}
+    for i in fresh:
+        tried[i].update(seeds[i])
     built: dict[int, list] = {i: [] for i in fresh}
     rate, sent = dict.fromkeys(fresh, FIRST_VALID), dict.fromkeys(fresh, 0)
     failed, start = 0, time.perf_counter()
@@ -276,7 +283,7 @@ def _first_round(tasks, fresh: list[int], counts: list[int], known: list, log, b
                     configs = spaces[i].sample_many(min(20 * need, math.ceil(2 * need / rate[i])),
                                                     rng, tried[i])
                     tried[i].update(configs)
-                    queues[i] = collections.deque(configs)
+                    queues[i] = collections.deque(seeds.pop(i, []) + configs)
             while queues:
                 chunk, owner = [], []
                 while queues and len(chunk) < FIRST_CHUNK:  # the tasks in turn
@@ -310,7 +317,9 @@ def _first_round(tasks, fresh: list[int], counts: list[int], known: list, log, b
     try:
         for i in (i for i in fresh if built[i]):
             scores = np.asarray(model.predict([inp for inp, _ in built[i]]), dtype=float)
-            order = np.argsort(-scores, kind="stable")[:counts[i]]
+            ranked = list(np.argsort(-scores, kind="stable"))
+            kept = [j for j in ranked if built[i][j][0].config in seeded[i]][:counts[i] // 3]
+            order = kept + [j for j in ranked if j not in kept][:counts[i] - len(kept)]
             picks[i] = [built[i][j] for j in order]
             flops = _flops(tasks[i][0])
             if scale and flops and scores[order[0]] > 0:

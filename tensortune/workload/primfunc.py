@@ -239,6 +239,8 @@ class PrimFuncWorkload(Workload):
         lib = tvm.compile(mod, target=tvm.target.Target(REFERENCE_TARGET))
         dev = tvm.cpu()
         outs = [tvm.runtime.tensor(np.zeros(s, d), dev) for s, d in sig[-self.num_outputs:]]
-        lib["main"](*[tvm.runtime.tensor(np.ascontiguousarray(x), dev) for x in inputs], *outs)
+        # np.require, not ascontiguousarray: that makes a 0-d input (an index) 1-d
+        args = [tvm.runtime.tensor(np.require(x, requirements="C"), dev) for x in inputs]
+        lib["main"](*args, *outs)
         arrays = tuple(o.numpy() for o in outs)
         return arrays[0] if self.num_outputs == 1 else arrays
