@@ -24,7 +24,7 @@ WARP = 32
 
 def cuda_fallback(cfg, sch):
     """Define (with a ``SpaceBuilder``) or apply (with a ``ConfigSource``) the rule's space."""
-    from .cuda_template import verify_limits
+    from .cuda_template import verify_limits  # here: cuda_template imports this module
 
     root = sch.get_sblock("root")
     blocks = list(sch.get_child_blocks(root))
