@@ -15,6 +15,7 @@ from ..settings import Settings
 from ..tuner import TUNERS, describe
 from ..workload import untimeable_reason
 from .common import choices, console
+from .logs import quiet_tvm
 
 
 def tune_model(
@@ -80,7 +81,8 @@ def tune_model(
     except (ModelImportError, OSError, ValueError) as err:
         console.print(f"[red]error:[/red] {err}")
         raise typer.Exit(2)
-    tasks = session.extract()
+    with quiet_tvm():  # legalizing a gather logs "Fast mode segfaults ..." once per call site
+        tasks = session.extract()
     tunable = [t for t in tasks if t.tunable]
     console.print(f"{session.model.describe()}\nrun {session.run_id}: {len(tasks)} tasks, "
                   f"{len(tunable)} tunable, {trials} trials ({scheduler})")
