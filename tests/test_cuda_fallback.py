@@ -55,6 +55,15 @@ def pooled_rows(te):  # two reductions (7x7 pooling, then 3 of each 72 channels)
     return [x, te.compute((1, 24), lambda n, c: t[n, c] / 147.0, name="mean")]
 
 
+def rows_then_total(te):  # row sums, halved, then the sum of all rows: two reductions
+    x = te.placeholder((24, 64), name="x")
+    k = te.reduce_axis((0, 64), "k")
+    s = te.compute((24,), lambda i: te.sum(x[i, k], axis=k), name="s")
+    d = te.compute((24,), lambda i: s[i] * 0.5, name="d")
+    j = te.reduce_axis((0, 24), "j")
+    return [x, te.compute((1,), lambda _: te.sum(d[j], axis=j), name="t")]
+
+
 def take_by_index(te):  # a ViT's q/k/v split: a gather by a 0-d index
     from tvm import topi
 
@@ -125,6 +134,17 @@ def test_a_division_joins_its_sum_s_kernel(emulator):
                                                         unroll=0))
     # the 7x7 sums, then the sums of three written back divided: two kernels, one scratch
     assert len(spec["kernels"]) == 2 and len(spec["scratch"]) == 1
+
+
+@pytest.mark.parametrize("reduce", ["warp", "block"])
+def test_a_reduction_of_all_rows_is_a_kernel_of_its_own(emulator, reduce):
+    """The total needs every block's rows: it is not pulled into the rows' kernel."""
+    from tensortune.space.cuda_template import device_functions, lower_for_cuda
+
+    t = task(rows_then_total)
+    sch = apply_config(t, Config(threads=128, elems=1, reduce=reduce, unroll=0))
+    assert len(device_functions(lower_for_cuda(sch.mod))) == 2
+    emulated(emulator, t, Config(threads=128, elems=1, reduce="thread", unroll=0))
 
 
 @pytest.mark.parametrize("reduce", ["warp", "block"])

@@ -13,6 +13,8 @@ is the kernels' unroll pragma.
 """
 from __future__ import annotations
 
+import math
+
 from .cpu_fallback import attempt, bindings, block_kinds, extent, loop_var
 from .space import InvalidConfigError
 
@@ -44,11 +46,12 @@ def cuda_fallback(cfg, sch):
     for block in blocks[:-1]:  # the last block writes the output: it cannot be inlined
         if "R" not in block_kinds(sch, block):
             attempt(sch.compute_inline, block)
+    placed: set[str] = set()  # consumers already scheduled inside their reduction's kernel
     for block in list(sch.get_child_blocks(root)):
-        if not _alive(sch, block):
-            continue  # a consumer already written back inside its reduction's kernel
+        if not _alive(sch, block) or sch.get(block).name_hint in placed:
+            continue
         if "R" in block_kinds(sch, block):
-            _reduction(sch, block, reduce, threads, elems, unroll)
+            placed |= _reduction(sch, block, reduce, threads, elems, unroll)
         else:
             _spatial(sch, block, threads, elems, unroll)
     verify_limits(sch)
@@ -57,12 +60,8 @@ def cuda_fallback(cfg, sch):
 
 def _reduce_extent(sch, block) -> int:
     """Elements a block reduces per output (0 for a block that reduces nothing)."""
-    size, any_r = 1, False
-    for iv in sch.get(block).iter_vars:
-        if int(iv.iter_type) == 2:
-            size *= int(iv.dom.extent)
-            any_r = True
-    return size if any_r else 0
+    sizes = [int(iv.dom.extent) for iv in sch.get(block).iter_vars if int(iv.iter_type) == 2]
+    return math.prod(sizes) if sizes else 0
 
 
 def _alive(sch, block) -> bool:
@@ -121,7 +120,8 @@ def _spatial(sch, block, threads: int, elems: int, unroll: int) -> None:
     _spread(sch, spatial, threads, elems, unroll)
 
 
-def _reduction(sch, block, mode: str, threads: int, elems: int, unroll: int) -> None:
+def _reduction(sch, block, mode: str, threads: int, elems: int, unroll: int) -> set[str]:
+    """Schedule reduction ``block``; the names of the consumers it scheduled with it."""
     consumers = list(sch.get_consumers(block))
     if mode == "thread" or _reduce_extent(sch, block) < WARP:
         # one thread per output, the sum in a register; its elementwise consumer (a pooling's
@@ -136,7 +136,7 @@ def _reduction(sch, block, mode: str, threads: int, elems: int, unroll: int) -> 
         sch.reverse_compute_at(local, at, preserve_unit_loops=True)
         if other:
             attempt(sch.decompose_reduction, block, other[0])
-        return
+        return set()
     spatial, other = _split_loops(sch, block)
     r = sch.fuse(*other) if len(other) > 1 else other[0]
     width = WARP if mode == "warp" else min(threads, extent(sch, r))
@@ -154,11 +154,15 @@ def _reduction(sch, block, mode: str, threads: int, elems: int, unroll: int) -> 
     if unroll:
         sch.annotate(r_out, "pragma_auto_unroll_max_step", unroll)
         sch.annotate(r_out, "pragma_unroll_explicit", 1)
-    if len(consumers) == 1 and not _is_output(sch, block):
-        # the consumer (an elementwise epilogue) in the same kernel, reading the row's result
-        # from shared memory: one launch and no round trip through global memory
-        if attempt(sch.reverse_compute_at, consumers[0], ty, True) is not None:
-            sch.set_scope(block, 0, "shared")
+    epilogue = consumers[0] if len(consumers) == 1 else None
+    if epilogue is None or _is_output(sch, block) or "R" in block_kinds(sch, epilogue):
+        return set()  # a reduction after it (a sum of all rows) needs every block's rows
+    # the elementwise epilogue in the same kernel, reading the row's result from shared
+    # memory: one launch and no round trip through global memory
+    if attempt(sch.reverse_compute_at, epilogue, ty, True) is None:
+        return set()
+    sch.set_scope(block, 0, "shared")
+    return {sch.get(epilogue).name_hint}
 
 
 def _is_output(sch, block) -> bool:
