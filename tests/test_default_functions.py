@@ -283,6 +283,33 @@ def test_generic_rule_schedules_what_no_template_fits():
     np.testing.assert_allclose(outs[1].numpy(), 2 * x, rtol=1e-6)
 
 
+def test_ragged_row_reductions_are_vectorized_and_costly_producers_made_once():
+    """A softmax over 37 columns (no whole vector divides it; ViT's 197 tokens alike): each
+    row's maximum and sum run in vectors of partials with the last chunk peeled off, the
+    partials in parallel, the exponential computed once for the sum and the normalization,
+    and the result exact."""
+    import tvm
+    from tvm import te, topi
+
+    from tensortune.space.cpu_fallback import fallback_schedule
+
+    a = te.placeholder((3, 37, 37), name="a")
+    out = topi.nn.fast_softmax(a, axis=-1)
+    sch = fallback_schedule(te.create_prim_func([a, out]), lanes=16)
+    text = sch.mod.script()
+    assert text.count("_partition") >= 4, text  # max and sum: 2 x 16 lanes, then the rest
+    assert "T_fast_exp = T.sblock_alloc_buffer" in text  # made once, not inlined twice
+    for partial in ("T_softmax_maxelem_rf", "T_softmax_expsum_rf"):
+        loops = sch.get_loops(sch.get_sblock(partial + "_init"))
+        assert int(sch.get(loops[0]).kind) == 1, partial  # the rows in parallel
+    lib = tvm.compile(sch.mod, target=tvm.target.Target({"kind": "llvm"}))
+    x = np.random.default_rng(0).standard_normal((3, 37, 37)).astype("float32") * 4
+    got = tvm.runtime.tensor(np.zeros((3, 37, 37), "float32"))
+    lib["main"](tvm.runtime.tensor(x), got)
+    e = np.exp(x - x.max(-1, keepdims=True))
+    np.testing.assert_allclose(got.numpy(), e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-7)
+
+
 def test_record_of_an_older_row_wise_space_is_rebuilt_with_the_seed(settings):
     """A config recorded before the row-wise space grew knobs (``parallel``, ``reduce``, the
     rows of 0) no longer fits it: the build warns and seeds that function."""

@@ -20,6 +20,9 @@ PARALLEL_CHUNKS = 128  # iterations of a fused parallel loop enough to keep the 
 PARALLEL_WORK = 1 << 14
 BLOCK_PARALLEL_WORK = 1 << 12  # the same for one block of a function that runs in parallel
 INLINE_GROWTH = 4  # inline a producer into consumers at most this many times its size
+CHEAP_OPERATIONS = 8  # a producer of more arithmetic than this is inlined into one consumer only
+ARITHMETIC = {"Add", "Sub", "Mul", "Div", "FloorDiv", "FloorMod", "Min", "Max", "Call", "Cast",
+              "Select"}
 
 
 def block_kinds(sch, block) -> str:
@@ -45,21 +48,22 @@ def attempt(step, *args):
     return True if result is None else result
 
 
-def split_reduction(sch, block, vector: int):
+def split_reduction(sch, block, vector: int, ragged: bool = False):
     """Split ``block``'s innermost loop, a reduction of a multiple of ``vector`` (or of 4 to
-    ``vector`` elements), into ``vector`` partial results (TVM's ``rfactor``, the new axis
-    last, so the partials are contiguous); returns the partial block, or None where this does
-    not apply. Must run while the block is still at the root (``rfactor`` wants its block
-    first under its loops)."""
+    ``vector`` elements, or with ``ragged`` of any length above ``vector``), into ``vector``
+    partial results (TVM's ``rfactor``, the new axis last, so the partials are contiguous);
+    returns the partial block, or None where this does not apply. Must run while the block is
+    still at the root (``rfactor`` wants its block first under its loops)."""
     if not vector or block_kinds(sch, block)[-1:] != "R":
         return None
     loops = sch.get_loops(block)
     n = extent(sch, loops[-1])
     if n < vector and n >= 4:
         vector = n  # a row shorter than one vector: still one (narrower) vector of partials
-    if n % vector:
-        # a ragged split (197 tokens) leaves a bounds test inside the vector loop, which TVM
-        # then scalarizes (and ``compute_at`` drops the test: wrong sums, TVM 0.27)
+    if n % vector and not (ragged and n > vector):
+        # a ragged split (197 tokens) leaves a bounds test inside the vector loop: only a
+        # block on its own has it peeled off (``peel_ragged``); ``compute_at`` would drop the
+        # test (wrong sums, TVM 0.27)
         return None
     ndim = len(sch.get(block).writes[0].source.shape)
     _, inner = sch.split(loops[-1], [None, vector])
@@ -70,8 +74,10 @@ def split_reduction(sch, block, vector: int):
     return partial
 
 
-def vectorize_partial(sch, partial) -> None:
-    """Move the lane loop of an ``rfactor`` block innermost and vectorize it."""
+def vectorize_partial(sch, partial, parallel: bool = False, unroll: int = 0) -> None:
+    """Move the lane loop of an ``rfactor`` block innermost and vectorize it; with
+    ``parallel``, its leading loops parallel (before its init is split off: TVM refuses a
+    parallel loop over two blocks)."""
     loops = sch.get_loops(partial)
     lane = bindings(sch, partial)[0]  # rfactor makes the lane iterator the block's first
     at = [i for i, lp in enumerate(loops) if lane.same_as(loop_var(sch, lp))]
@@ -82,18 +88,41 @@ def vectorize_partial(sch, partial) -> None:
     loops = sch.get_loops(partial)
     if 1 < extent(sch, loops[-1]) <= VECTOR_MAX:
         attempt(sch.vectorize, loops[-1])
+    rows = parallel_leading(sch, partial, unroll) if parallel else None
     # the init apart, before the reduction loop (its copy of the lane loop stays vectorized):
     # a vector loop with the init's "first iteration?" test inside would not vectorize
     reduce_loops = [lp for lp in sch.get_loops(partial) if _is_reduction_loop(sch, partial, lp)]
     if reduce_loops:
         attempt(sch.decompose_reduction, partial, reduce_loops[0])
+    return rows
+
+
+def peel_ragged(sch, partial) -> None:
+    """Run a ragged ``rfactor`` block's last chunk of the row (the 5 of 197 = 12 x 16 + 5)
+    in a loop of its own: without it, the bounds test inside the vector loop makes TVM
+    scalarize every chunk (a 1182 x 197 row maximum: 87 us scalar, 22 us peeled). The last
+    step on the block: the partition replaces it."""
+    realize = _realize(sch, partial)
+    if _is_true(realize.predicate):
+        return
+    loops = [lp for lp in sch.get_loops(partial) if _is_reduction_loop(sch, partial, lp)]
+    if loops and extent(sch, loops[0]) > 1:
+        attempt(sch.loop_partition, loops[0], [extent(sch, loops[0]) - 1, None])
+
+
+def _realize(sch, block):
+    from tvm_ffi import get_global_func
+
+    return get_global_func("s_tir.schedule.GetSBlockRealize")(sch, block)
+
+
+def _is_true(expr) -> bool:
+    return hasattr(expr, "value") and bool(expr.value)
 
 
 def bindings(sch, block) -> list:
     """The loop expressions each iterator of ``block`` is bound to."""
-    from tvm_ffi import get_global_func
-
-    return list(get_global_func("s_tir.schedule.GetSBlockRealize")(sch, block).iter_values)
+    return list(_realize(sch, block).iter_values)
 
 
 def loop_var(sch, loop):
@@ -251,9 +280,41 @@ def inline_elementwise(sch, block) -> None:
     if "R" in block_kinds(sch, block):
         return
     size = _size(sch.get(block))
-    if any(_size(sch.get(c)) > INLINE_GROWTH * size for c in sch.get_consumers(block)):
+    consumers = sch.get_consumers(block)
+    if any(_size(sch.get(c)) > INLINE_GROWTH * size for c in consumers):
         return
+    if len(consumers) > 1 and _operations(sch.get(block)) > CHEAP_OPERATIONS:
+        return  # a softmax's exponential, read by its sum and its normalization: made once
     attempt(sch.compute_inline, block)
+
+
+def _operations(block) -> int:
+    """Arithmetic nodes in the value the block stores (a subtraction 1, TOPI's fast exp
+    about a hundred, its subexpressions repeated)."""
+    body = block.body
+    return _count(body.value) if hasattr(body, "value") else 0
+
+
+def _count(expr, budget: int = 1000) -> int:
+    if type(expr).__name__ not in ARITHMETIC:
+        return 0
+    total = 1
+    for child in _children(expr):
+        total += _count(child, budget - total)
+        if total >= budget:
+            break
+    return total
+
+
+def _children(expr) -> list:
+    kind = type(expr).__name__
+    if kind == "Call":
+        return list(expr.args)
+    if kind == "Cast":
+        return [expr.value]
+    if kind == "Select":
+        return [expr.condition, expr.true_value, expr.false_value]
+    return [expr.a, expr.b]
 
 
 def _size(block) -> int:
@@ -275,11 +336,12 @@ def fallback_blocks(sch, blocks, vector: int, unroll: int, reduce: str = "rfacto
         if style == "spatial":
             first_reduce = vectorize_outputs(sch, block, vector)
         elif style == "rfactor" and reduce == "rfactor":
-            partial = split_reduction(sch, block, vector)
+            partial = split_reduction(sch, block, vector, ragged=True)
             if partial is not None:
-                vectorize_partial(sch, partial)
-                if parallel:
-                    parallel_leading(sch, partial, unroll)
+                rows = vectorize_partial(sch, partial, parallel, unroll)
+                peel_ragged(sch, partial)
+                if rows is not None:  # each row's partials summed while still in cache
+                    attempt(sch.reverse_compute_at, block, rows, True)
         if parallel:
             parallel_leading(sch, block, unroll)
         if style != "spatial":
