@@ -134,9 +134,10 @@ def bench_one(name: str, args, settings: Settings, home: Path, peak: float) -> d
         peers["pytorch"] = torch_peer(module, threads)
         if not args.no_compile:
             peers["torch.compile"] = torch_peer(module, threads, compile=True)
-    untuned = s.build(tuned=False)
-    peers["untuned"] = ModelPeer("untuned", lambda a: untuned.run(*a))
-    s.build()  # the tuned module again, for the session's own calls
+    if not args.no_untuned:
+        untuned = s.build(tuned=False)
+        peers["untuned"] = ModelPeer("untuned", lambda a: untuned.run(*a))
+        s.build()  # the tuned module again, for the session's own calls
     if args.metaschedule:
         ms_model, ms_tune = metaschedule_model(s, args.trials, home / f"ms-{label}")
         peers["metaschedule"] = ModelPeer("metaschedule", lambda a: ms_model.run(*a), ms_tune)
@@ -212,6 +213,8 @@ def main(argv=None) -> int:
     ap.add_argument("--metaschedule", action="store_true",
                     help="also tune with MetaSchedule at the same trials (about an hour a model)")
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile")
+    ap.add_argument("--no-untuned", action="store_true",
+                    help="skip TVM's untuned build (seconds to minutes a call on large inputs)")
     ap.add_argument("--home", default=None, help="tensortune home (default: a fresh temp dir)")
     ap.add_argument("--reuse", action="store_true",
                     help="don't tune: build from the records already in --home")
