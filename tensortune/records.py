@@ -292,9 +292,8 @@ def records_for(records: Iterable[Record], task: Task) -> list[Record]:
 def in_names_of(record: Record, task: Task) -> Record:
     """``record`` with the knobs named after its function's parameters (``pack_lv15``)
     renamed after ``task``'s (``pack_lv19``): template knobs name buffers, task keys do not."""
-    old = getattr(record.workload, "param_names", None)
-    new = getattr(task.workload, "param_names", None)
-    if old is None or new is None or old == new or len(old) != len(new):
+    old, new = record.workload.param_names, task.workload.param_names
+    if not old or not new or old == new or len(old) != len(new):
         return record
     # longest names first, so a knob of buffer ``x_1`` is not taken for one of buffer ``1``
     rename = sorted(((a, b) for a, b in zip(old, new) if a != b), key=lambda ab: -len(ab[0]))

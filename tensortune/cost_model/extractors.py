@@ -1,9 +1,10 @@
 """What a cost model's owner needs of its feature extractor beyond ``extract``: the parts, those
 that compile in worker processes, the schedule check, and stopping the workers.
 
-``FeatureExtractor`` (``features.base``) promises only ``name`` and ``extract``. The rest is
-known by the extractor's type: ``ConcatFeatures`` has parts, a ``CachedExtractor`` has workers
-and schedules, and the two small protocols below name what derived and closable ones declare.
+``FeatureExtractor`` (``features.base``) declares ``name``, ``source``, ``version``,
+``extract`` and ``close``. The rest is known by the extractor's type: ``ConcatFeatures`` has
+parts, a ``CachedExtractor`` has workers and schedules; the two small protocols below also
+admit an object that is no ``FeatureExtractor`` (a test's stand-in with ``close``).
 """
 from __future__ import annotations
 

@@ -18,6 +18,9 @@ _DEFAULT_SHARED = 48 * 1024
 class Backend(Protocol):
     """What the runner needs from a device. Device arrays are opaque to the runner."""
 
+    #: whether ``time`` replays a captured CUDA graph (named in each result's message)
+    graphs: bool
+
     def device_name(self) -> str: ...
 
     def arch(self) -> str: ...
@@ -143,6 +146,7 @@ class FakeBackend:
     """
 
     BEHAVIOURS = ("ok", "wrong", "crash", "hang", "launch_error")
+    graphs = False
 
     def __init__(self) -> None:
         self._ref: np.ndarray | None = None

@@ -104,7 +104,7 @@ def measure_candidate(backend: Backend, batch: Batch, cand: Candidate,
         costs = [backend.time(handle, cand.kernels, buffers, number) for _ in range(timing.repeat)]
     except Exception as e:  # noqa: BLE001
         return fail("runtime_error", _first_line(e), sticky=True)
-    graph = ", cuda graph" if getattr(backend, "graphs", False) else ""
+    graph = ", cuda graph" if backend.graphs else ""
     line = result_line(cand.index, cand.key, "none", costs, message=f"number {number}{graph}",
                        verified=True, device=device)
     return line, False

@@ -101,7 +101,7 @@ class FeatureBank:
             make_extractor(features)  # raises, naming them
         for name in names:
             if name not in self._parts:
-                source = getattr(EXTRACTORS[name], "source", None)
+                source = EXTRACTORS[name].source
                 if source is not None:  # derived (roofline): from the bank's, maybe stored, source
                     self.get(source)
                 part = build_part(name, self._parts)
@@ -118,7 +118,7 @@ class FeatureBank:
         from ..features.store import COSTLY, StoredExtractor
 
         names = [n.strip() for n in features.split("+") if n.strip()]
-        names += [getattr(EXTRACTORS[n], "source", None) for n in names if n in EXTRACTORS]
+        names += [EXTRACTORS[n].source for n in names if n in EXTRACTORS]
         costly = {n for n in names if n in COSTLY}  # a derived part needs its source's rows
         for name in costly:
             part = self.get(name)

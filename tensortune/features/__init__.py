@@ -45,7 +45,7 @@ def build_part(name: str, built: dict) -> FeatureExtractor:
     """A new extractor ``name``; one derived from another takes its source from ``built`` (a
     name -> extractor map of the parts made so far) when there, else builds its own."""
     cls = EXTRACTORS[name]
-    source = getattr(cls, "source", None)
+    source = cls.source
     if source is None:
         return cls()
     return cls(built[source]) if source in built else cls()

@@ -5,7 +5,6 @@ import abc
 
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -13,35 +12,51 @@ from ..measure.pool import JobFailure
 from ..measure.types import MeasureInput
 
 
-@runtime_checkable
-class FeatureExtractor(Protocol):
+class FeatureExtractor(abc.ABC):
     """Turns candidates into a float32 matrix of shape ``(len(inputs), dim)``.
 
-    ``dim`` is fixed for a given task and space, so rows of one task can be stacked.
+    ``dim`` is fixed for a given task and space, so rows of one task can be stacked. Every
+    extractor declares what its owners ask of it, with the value a plain one has.
     """
 
-    name: str
+    #: the registry name (``EXTRACTORS``), also the stored rows' file name
+    name: str = ""
+    #: the extractor this one derives its rows from (``ilp``, ``roofline``: ``hardware``)
+    source: str | None = None
+    #: bumped when the rows change meaning: stored rows of another version are not read
+    version: int = 1
 
-    def extract(self, inputs: Sequence[MeasureInput]) -> np.ndarray: ...
+    @abc.abstractmethod
+    def extract(self, inputs: Sequence[MeasureInput]) -> np.ndarray:
+        """One row per input."""
+
+    def empty_dim(self) -> int:
+        """The row width reported for an empty batch: 0 where it depends on the task."""
+        return 0
+
+    def computing(self) -> "FeatureExtractor":
+        """The extractor that computes the rows (a stored wrapper's inner one)."""
+        return self
+
+    def close(self) -> None:
+        """Stop the worker processes, if any (they restart when needed)."""
 
 
 SCHEDULES_KEPT = 256  # a few tasks' candidates, from the search's scoring to their ranking
 
 
-class CachedExtractor(abc.ABC):
+class CachedExtractor(FeatureExtractor):
     """Base of extractors that compute one row per input and memoize it per (task key, config).
 
     The caches belong to the instance and are bounded (least recently used rows are dropped),
     so a long tuning session does not grow without limit.
     """
 
-    name = ""
-
     def __init__(self, cache_size: int = 50_000, workers: int = 0, timeout_s: float = 30.0):
         self.cache_size = cache_size
         # workers > 0: rows are computed in that many processes, each within timeout_s (for
         # extractors that compile, since a compile cannot be interrupted in-process)
-        if workers > 0 and not hasattr(self, "_failed_row"):
+        if workers > 0 and type(self).failed_row is CachedExtractor.failed_row:
             raise ValueError(f"{self.name} features are computed in-process only (workers=0)")
         self.workers, self.timeout_s = workers, timeout_s
         self._isolated = None  # started on the first row not cached
@@ -79,13 +94,16 @@ class CachedExtractor(abc.ABC):
 
     def empty_dim(self) -> int:
         """The row width reported for an empty batch: ``dim`` when fixed, else 0 (task-dependent)."""
-        return int(getattr(self, "dim", 0))
+        return self.dim
+
+    #: the row width, where it does not depend on the task (a subclass's property)
+    dim: int = 0
 
     def _compute_many(self, inputs: Sequence[MeasureInput]) -> list[np.ndarray]:
         """Rows of inputs not cached yet, in worker processes when ``workers`` > 0."""
         if self.workers <= 0:
             return [self._compute(inp) for inp in inputs]
-        return [self._failed_row() if isinstance(r, JobFailure) else r
+        return [self.failed_row() if isinstance(r, JobFailure) else r
                 for r in self._workers().compute(inputs)]
 
     def _workers(self):
@@ -101,8 +119,10 @@ class CachedExtractor(abc.ABC):
         if self.workers > 0:
             self._workers().start_soon()
 
-    # Extractors that may run in workers also define ``_failed_row()``: the row of a candidate
-    # whose computation overran ``timeout_s`` or crashed its worker.
+    def failed_row(self) -> np.ndarray:
+        """The row of a candidate whose computation overran ``timeout_s`` or crashed its
+        worker; extractors that may run in workers (those that compile) define it."""
+        raise NotImplementedError(f"{self.name} features are computed in-process only")
 
     def _worker_kwargs(self) -> dict:
         """Constructor arguments of the in-process twin a worker computes rows with."""
@@ -156,7 +176,7 @@ class CachedExtractor(abc.ABC):
         return space
 
 
-class ConcatFeatures:
+class ConcatFeatures(FeatureExtractor):
     """Several extractors side by side, e.g. ``knob+itervar``."""
 
     def __init__(self, parts: Sequence[FeatureExtractor]):
@@ -174,4 +194,4 @@ class ConcatFeatures:
 
     def close(self) -> None:
         for p in self.parts:
-            getattr(p, "close", lambda: None)()
+            p.close()

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..measure.types import MeasureInput
+from .base import FeatureExtractor
 from .itervar import _const, _itemsize
 
 KINDS = ("input", "output", "intermediate", "block")
@@ -168,7 +169,7 @@ def op_type(block) -> str:
     return kind
 
 
-class GraphFeatures:
+class GraphFeatures(FeatureExtractor):
     """The flat, fixed-width encoding of ``task_graph(task)``: node and edge counts, the mean
     node feature vector, then the feature vectors of the first ``max_nodes`` nodes (zero padded).
     Every config of a task gets the same row, so it tells tasks apart, not configs."""

@@ -274,7 +274,7 @@ class HardwareCPUFeatures(CachedExtractor):
     def _worker_kwargs(self) -> dict:
         return {"workers": 0, "ilp": self.ilp}
 
-    def _failed_row(self) -> np.ndarray:
+    def failed_row(self) -> np.ndarray:
         if not self.ilp:
             return invalid_row()
         from ..analysis import list_schedule
@@ -291,7 +291,7 @@ class HardwareCPUFeatures(CachedExtractor):
             ir = module_ir_loops(lowered)
             asm = assembly_of_lowered(lowered, target)
         except Exception:  # InvalidConfigError, and TVM's own errors for configs it cannot build
-            return self._failed_row()
+            return self.failed_row()
         cores = int(inp.task.target.get("num-cores") or os.cpu_count() or 1)
         prog = asm_program(asm)
         dynamic = dynamic_weights(prog, ir, cores)

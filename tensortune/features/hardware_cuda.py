@@ -39,7 +39,7 @@ class HardwareCUDAFeatures(CachedExtractor):
         return {"nvcc": self.nvcc, "arch": self.arch, "spec": self.spec,
                 "timeout_s": self.timeout_s, "workers": 0}
 
-    def _failed_row(self) -> np.ndarray:
+    def failed_row(self) -> np.ndarray:
         return flagged_row("nvcc_failed")
 
     @property

@@ -8,10 +8,11 @@ import numpy as np
 
 from ..analysis.list_schedule import FEATURE_NAMES
 from ..measure.types import MeasureInput
+from .base import FeatureExtractor
 from .hardware_cpu import HardwareCPUFeatures
 
 
-class IlpFeatures:
+class IlpFeatures(FeatureExtractor):
     """Tuna's list-scheduled cycles of each candidate's assembly (``FEATURE_NAMES``).
 
     The assembly is the ``hardware`` extractor's: it is asked to schedule it too
@@ -25,11 +26,11 @@ class IlpFeatures:
     def __init__(self, hardware=None):
         if hardware is None:
             hardware = HardwareCPUFeatures()
-        if getattr(hardware, "name", None) != self.source:
+        if not isinstance(hardware, FeatureExtractor) or hardware.name != self.source:
             raise ValueError(f"ilp derives from the {self.source!r} extractor, "
-                             f"not {getattr(hardware, 'name', hardware)!r}")
+                             f"not {hardware!r}")
         self.hardware = hardware
-        self._compiler = getattr(hardware, "inner", hardware).with_ilp()
+        self._compiler = hardware.computing().with_ilp()
 
     @property
     def dim(self) -> int:
@@ -39,7 +40,7 @@ class IlpFeatures:
         return self._compiler.ilp_rows(inputs)
 
     def close(self) -> None:
-        getattr(self.hardware, "close", lambda: None)()
+        self.hardware.close()
 
 
 __all__ = ["IlpFeatures"]

@@ -23,6 +23,7 @@ import numpy as np
 
 from ..analysis.ports import PortModel, ports_of
 from ..measure.types import MeasureInput
+from .base import FeatureExtractor
 from .hardware_cpu import DYNAMIC, FEATURE_NAMES as HW_NAMES
 
 
@@ -78,7 +79,7 @@ def roofline_rows(hw: np.ndarray, flops: int, cores: int, ports: PortModel = Por
     return out.astype(np.float32)
 
 
-class RooflineFeatures:
+class RooflineFeatures(FeatureExtractor):
     """Per-FLOP counts and port bounds derived from a ``hardware`` extractor's rows.
 
     ``hardware`` is the extractor to derive from (by default a new ``HardwareCPUFeatures``);
@@ -93,9 +94,9 @@ class RooflineFeatures:
             from .hardware_cpu import HardwareCPUFeatures
 
             hardware = HardwareCPUFeatures()
-        if getattr(hardware, "name", None) != self.source:
+        if not isinstance(hardware, FeatureExtractor) or hardware.name != self.source:
             raise ValueError(f"roofline derives from the {self.source!r} extractor, "
-                             f"not {getattr(hardware, 'name', hardware)!r}")
+                             f"not {hardware!r}")
         self.hardware = hardware
         self.ports = ports  # None: each task's target's (``ports_of``)
 
@@ -119,7 +120,7 @@ class RooflineFeatures:
         return out
 
     def close(self) -> None:
-        getattr(self.hardware, "close", lambda: None)()
+        self.hardware.close()
 
 
 __all__ = ["RooflineFeatures", "PortModel", "roofline_rows", "FEATURE_NAMES", "RESOURCES"]

@@ -28,6 +28,7 @@ import numpy as np
 
 from ..measure.types import MeasureInput
 from ..space import Config
+from .base import FeatureExtractor
 
 log = logging.getLogger(__name__)
 # only these are worth persisting: the others cost microseconds to milliseconds per row
@@ -38,7 +39,7 @@ def _config_key(config: Config) -> str:
     return json.dumps(config.to_json(), sort_keys=True, separators=(",", ":"))
 
 
-class StoredExtractor:
+class StoredExtractor(FeatureExtractor):
     """``inner`` with its rows read from and appended to one file of a ``FeatureStore``."""
 
     def __init__(self, inner, path: Path, read_only: bool = False, also: Sequence[Path] = ()):
@@ -80,7 +81,10 @@ class StoredExtractor:
                 os.fsync(f.fileno())
 
     def close(self) -> None:
-        getattr(self.inner, "close", lambda: None)()
+        self.inner.close()
+
+    def computing(self) -> FeatureExtractor:
+        return self.inner.computing()
 
     def extract(self, inputs: Sequence[MeasureInput]) -> np.ndarray:
         keys = [(inp.task.key, _config_key(inp.config)) for inp in inputs]
@@ -151,7 +155,7 @@ class FeatureStore:
         self._open: dict[str, StoredExtractor] = {}
 
     def path_for(self, extractor) -> Path:
-        return self.directory / f"{extractor.name}-v{getattr(extractor, 'version', 1)}.jsonl"
+        return self.directory / f"{extractor.name}-v{extractor.version}.jsonl"
 
     def wrap(self, extractor):
         """``extractor`` backed by this store (the same wrapper for every call with one name)."""

@@ -51,7 +51,7 @@ def _build_one(job: dict) -> tuple[str, str, str | None, float, dict | None, str
     if task.target.get("kind") == "cuda":
         return _build_cuda(task, sch, job["dir"], start)
     try:
-        mod, prepack = split_prepack(sch.mod["main"], getattr(task.workload, "num_outputs", 1))
+        mod, prepack = split_prepack(sch.mod["main"], task.workload.outputs)
         executable = tvm.compile(mod, target=task.tvm_target())
         path = os.path.join(job["dir"], f"{uuid.uuid4().hex}.so")
         executable.export_library(path, fcompile=fast_link)

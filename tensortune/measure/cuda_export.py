@@ -165,8 +165,7 @@ def sample_stride(shape, itemsize: int, limit_bytes: int) -> int:
 
 def _write_data(out: Path, name: str, workload, seed: int, rtol: float, atol: float,
                 generate: bool, reference_bytes: int) -> dict:
-    dtypes = getattr(workload, "input_dtypes", None) or \
-        [workload.dtype] * len(workload.input_shapes)
+    dtypes = workload.input_dtypes
     if generate:
         gens = [input_spec(d, _input_seed(seed, i)) for i, d in enumerate(dtypes)]
         inputs = [generate_array(s, d, **g)

@@ -23,9 +23,19 @@ from pathlib import Path
 
 import numpy as np
 
+from ..deploy import export_session
+from ..frontend import from_onnx, from_torch
+from ..measure import LocalBuilder, LocalRunner
 from ..settings import Settings
-from ..workload import default_target
+from ..tasks import CompiledModel
+from ..tasks.graph import GraphOptions
+from ..tasks.profile import profile_model
+from ..tasks.provenance import note_provenance
+from ..tuner.stages import EXTRACT, Stage, drive
+from ..workload import UntimeableTarget, check_timeable, default_target
 from . import values
+from .hardware_free import tune_hardware_free
+from .measured import tune_measured
 from .runs import RUN_FILE, SessionError, model_from_spec, task_label
 from .values import BuiltModel, ExtractedTasks, ImportedModel, SavedRun, TunedRecords
 
@@ -37,8 +47,6 @@ class Session:
 
     def __init__(self, model, spec: dict, settings: Settings | None = None,
                  torch_module=None, example_inputs=None, import_s: float = 0.0):
-        from ..tasks.graph import GraphOptions
-
         self.settings = settings or Settings.from_env()
         # a loaded run has no model: only its saved module
         self.imported = (ImportedModel(model, torch_module, example_inputs, import_s)
@@ -105,8 +113,6 @@ class Session:
         """Import a ``torch.nn.Module`` through torch.export and the Relax torch frontend;
         ``graph`` (``tasks.graph.GraphOptions``, a layout name or a dict; default NHWC with
         Winograd) chooses the whole-model rewrites it is compiled with."""
-        from ..frontend import from_torch
-
         start = time.perf_counter()
         model = from_torch(module, tuple(example_inputs), name=name)
         spec = {"source": "torch", "name": model.name, "graph": graph}
@@ -116,8 +122,6 @@ class Session:
     def from_onnx(cls, path, input_shapes: dict | None = None,
                   settings: Settings | None = None, graph=None) -> "Session":
         """Import an ONNX file; an operator the frontend can't take is named in the error."""
-        from ..frontend import from_onnx
-
         start = time.perf_counter()
         model = from_onnx(path, input_shapes)
         spec = {"source": "onnx", "path": str(Path(path).resolve()), "name": model.name,
@@ -131,7 +135,7 @@ class Session:
         """A model of the built-in zoo (random weights), imported from PyTorch; ``image_size``
         None: the model's own default (``zoo.default_image_size``: 224, YOLO 640, U-Net 256),
         which the run's spec records."""
-        from ..zoo import default_image_size, zoo_model
+        from ..zoo import default_image_size, zoo_model  # torch: imported only for the zoo
 
         if image_size is None:
             image_size = default_image_size(name)
@@ -164,9 +168,6 @@ class Session:
         this budget) is skipped; the others start warm from the global records. ``cost_model``
         ``pretrained`` starts each task from the shipped model (``tuner.make_loop``).
         """
-        from ..measure import LocalBuilder, LocalRunner
-        from ..tuner.stages import drive
-
         stages = self.tune_stages(trials, scheduler, tuner, features, well_tuned, on_step,
                                   on_result, cost_model)
         m = self.settings.measure
@@ -181,9 +182,6 @@ class Session:
                     cost_model: str = "fresh"):
         """``tune`` as stage requests (``tuner.stages``) for the multi-job scheduler
         (``tensortune.orchestrate``): the builder and the runner are the scheduler's."""
-        from ..tuner.stages import EXTRACT, Stage
-        from .measured import tune_measured
-
         tasks = yield Stage(EXTRACT, lambda _: [t for t in self.extract() if t.tunable],
                             task="extract")
         if not tasks:
@@ -214,8 +212,6 @@ class Session:
         by the costly model (``tuner.static.predict_many``). Returns the counts
         (``compiled``, ``timed``) and the predicted latency of the tuned functions. ``model``
         replaces the shipped one (``tuner.pretrained_model``)."""
-        from .hardware_free import tune_hardware_free
-
         if verify_top:
             self._check_timeable("--verify-top times candidates: tune without it")
         start, extracted = time.perf_counter(), self.extracted is not None
@@ -270,8 +266,6 @@ class Session:
     @classmethod
     def load(cls, run: str | Path, settings: Settings | None = None) -> "Session":
         """A saved run (by id under the home directory, or a run directory) ready to run."""
-        from ..tasks import CompiledModel
-
         settings = settings or Settings.from_env()
         run_dir = Path(run) if Path(run).is_dir() else settings.home / "runs" / str(run)
         info_path = run_dir / RUN_FILE
@@ -297,16 +291,12 @@ class Session:
         ``runtime`` bundles TVM's runtime (for ``python``, e.g. "3.12"); ``synthetic_seed``
         ships no weights: the loader makes them from the seed (to time a model on a host its
         weights cannot travel to; the test vector uses them too)."""
-        from ..deploy import export_session
-
         return export_session(self, out, runtime, python, overwrite, synthetic_seed)
 
     def _note_provenance(self, compiled, best=None) -> None:
         """Note in ``compiled.functions`` where each config came from (``tasks.provenance``):
         this run's log, the shared records and the log the build read, the hardware-free
         picks."""
-        from ..tasks.provenance import note_provenance
-
         logs = [self.run_dir / "log.jsonl", self.records_path]
         if isinstance(best, (str, Path)) and Path(best) not in logs:
             logs.append(Path(best))
@@ -329,8 +319,6 @@ class Session:
 
     def profile(self, repeat: int = 20, peak_gflops: float | None = None):
         """Where the built model's time goes, per fused function (``tasks.profile``)."""
-        from ..tasks.profile import profile_model
-
         return profile_model(self._need_compiled("profile"), repeat=repeat,
                              peak_gflops=peak_gflops)
 
@@ -387,8 +375,6 @@ class Session:
 
     def _check_timeable(self, remedy: str) -> None:
         """``workload.check_timeable`` for this session's target, as a ``SessionError``."""
-        from ..workload import UntimeableTarget, check_timeable
-
         try:
             check_timeable(self.target, remedy)
         except UntimeableTarget as err:

@@ -7,7 +7,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import MappingProxyType
 
+from ..cost_model.pretrained import cuda_model
+from ..measure import LocalBuilder, LocalRunner
+from ..records import RecordWriter
 from ..settings import Settings
+from ..tuner.static import predict_many, shipped_model, time_top
 from .values import TunedRecords
 
 
@@ -20,13 +24,7 @@ def tune_hardware_free(extract: Callable[[], list], target: dict, settings: Sett
     workers are starting. With ``verify_top`` the best predicted are timed here (the caller
     has checked that this host can) and recorded in ``logs`` (the run's, then the shared one,
     a copy). ``prior``'s verified picks are kept where a task is not timed again."""
-    from ..measure import LocalBuilder, LocalRunner
-    from ..records import RecordWriter
-    from ..tuner.static import predict_many, shipped_model, time_top
-
     if target.get("kind") == "cuda" and model is None:
-        from ..cost_model.pretrained import cuda_model
-
         model = cuda_model(target["arch"], settings.seed)
     static, verified = {}, dict(prior.verified)
     with shipped_model(settings, model) as model:  # its compile workers start now

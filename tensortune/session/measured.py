@@ -5,7 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from ..records import RecordWriter, load_records
 from ..settings import Settings
+from ..space import task_seeds, task_space
+from ..tasks.scheduler import TaskScheduler, history_by_task
+from ..tuner import make_loop
 from .runs import task_label
 
 
@@ -16,9 +20,6 @@ def tune_measured(tasks: list, settings: Settings, run_log: Path, records_path: 
                   cost_model: str = "fresh"):
     """Spend ``trials`` across ``tasks`` (tunable, non-empty; ``Session.tune`` says how), warm
     from ``records_path``; a generator of stages that returns the ``ScheduleResult``."""
-    from ..records import RecordWriter, load_records
-    from ..tasks.scheduler import TaskScheduler, history_by_task
-
     history = {}
     if records_path.exists():
         history = history_by_task(load_records(records_path), [t.task for t in tasks])
@@ -42,9 +43,6 @@ def tune_measured(tasks: list, settings: Settings, run_log: Path, records_path: 
 
 
 def _loop(task, settings: Settings, tuner: str, features: str, cost_model: str = "fresh"):
-    from ..space import task_seeds, task_space
-    from ..tuner import make_loop
-
     space = task_space(task)
     seeds = task_seeds(task, space) if settings.search.seeds else ()
     return make_loop(tuner, space, settings, features, seeds=seeds, cost_model=cost_model)

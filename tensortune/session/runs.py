@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 
+from ..frontend import from_onnx, from_torch
 from ..settings import Settings
 
 RUN_FILE = "run.json"
@@ -14,11 +15,8 @@ class SessionError(RuntimeError):
 
 def model_from_spec(spec: dict):
     """The model a run was made from, imported again from its spec (zoo or ONNX runs)."""
-    from ..frontend import from_onnx
-    from ..zoo import zoo_model
-
     if spec.get("source") == "zoo":
-        from ..frontend import from_torch
+        from ..zoo import zoo_model  # torch: imported only for the zoo
 
         # every zoo run records its size; a spec without one means the model's default
         module, inputs = zoo_model(spec["name"], batch=spec.get("batch", 1),

@@ -13,6 +13,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from ..tasks import build_model, extract_tasks, write_metaschedule_db
 
 
 def _empty() -> Mapping:
@@ -82,8 +83,6 @@ class SavedRun:
 
 def extract(imported: ImportedModel, target: dict, graph) -> ExtractedTasks:
     """The model's tasks for ``target`` under the whole-model rewrites ``graph``."""
-    from ..tasks import extract_tasks
-
     start = time.perf_counter()
     tasks = extract_tasks(imported.model, target, graph=graph)
     return ExtractedTasks(tuple(tasks), time.perf_counter() - start)
@@ -93,8 +92,6 @@ def build(imported: ImportedModel, target: dict, best, threads: int, graph,
           cuda_graph: bool = True, chosen=None) -> BuiltModel:
     """Compile the model with ``best`` (configs by task key, a records log, or None: TVM's
     defaults); ``chosen`` is what the caller asked for, kept for ``save``."""
-    from ..tasks import build_model
-
     start = time.perf_counter()
     compiled = build_model(imported.model, target, best, threads=threads, graph=graph,
                            cuda_graph=cuda_graph)
@@ -105,8 +102,6 @@ def save(built: BuiltModel, module_dir: Path, tasks: ExtractedTasks | None, best
          database_dir: Path) -> SavedRun:
     """Write the module to ``module_dir`` and, where the tasks and their best configs are
     known, those configs as a MetaSchedule database in ``database_dir``."""
-    from ..tasks import write_metaschedule_db
-
     out = built.compiled.save(module_dir)
     database = None
     if tasks is not None and best is not None:

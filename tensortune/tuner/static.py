@@ -144,59 +144,81 @@ class _Shortlist:
 
 def _shortlist(task: Task, model: CostModel, settings: Settings, shortlist: int, seed: int,
                effort: str, compiled_at_most: int = FAST_COMPILED) -> _Shortlist:
-    """The candidates the cheap model leaves for the costly one to rank."""
-    from ..search.evolution import STRATEGY as ES, evolve
-
+    """The candidates the cheap model leaves for the costly one to rank: the template's seeds
+    and (``full``, or a template without seeds) what the evolutionary search finds."""
     start = time.perf_counter()
     space = task_space(task)
     seeds = task_seeds(task, space) if settings.search.seeds else ()
-    cheap = model.prescreen or model
-    costly = model.costly
-
-    scored: set = set()
-
-    def score(configs):
-        scored.update(configs)
-        return np.asarray(cheap.predict([MeasureInput(task, c) for c in configs]), dtype=float)
-
-    # through the prescreen's schedules where it keeps them (the features share them), so the
-    # template is not applied once more for the check
-    check = features_of.schedule_check(cheap.extractor)
-
-    def valid(c) -> bool:
-        return check(MeasureInput(task, c)) is not None if check else _valid(task, c, space)
-
-    rng = np.random.default_rng(seed)
-    limits = STATIC_ES if cheap is not costly else COSTLY_ES
-    current = ES.values(settings.search)
-    search = ES.configure(settings.search, **{k: min(v, current[k]) for k, v in limits.items()})
-    found = evolve(space, score, shortlist, frozenset(), rng, search, seeds) \
+    cheap, costly = model.prescreen or model, model.costly
+    scorer = _Scorer(task, cheap, space)
+    found = _search(space, scorer, settings, shortlist, seed, seeds, costly is cheap) \
         if effort == "full" or not seeds else []
     candidates = list(dict.fromkeys([*seeds, *found]))
-    fast = effort == "fast" and costly is not cheap
-    if not fast:
-        candidates = [c for c in candidates if valid(c)]
-    scores, scale, compiled, ordered = None, None, 0, False
-    if fast and candidates:
-        ranked = score(candidates)
-        if task.workload.flops:
-            order = _diverse(candidates, ranked, len(candidates))
-        else:
-            # moving data only (a transpose): the models learned throughput and cannot rank
-            # it, so nothing is compiled and the row-wise template's own seed order stands
-            # (its first seed picks the rows that give every core work: ``rowwise_seeds``)
-            order = list(range(len(candidates)))
-            scale, ordered = cheap.label_scale, True
-        # checked on the first few only: checking every seed cost as much as scoring it
-        order = list(itertools.islice((i for i in order if valid(candidates[i])),
-                                      compiled_at_most))
-        candidates = [candidates[i] for i in order]
-        scores = ranked[order] if ordered else None
+    if effort == "fast" and costly is not cheap:
+        return _fast(task, candidates, scorer, compiled_at_most, start)
+    candidates = [c for c in candidates if scorer.valid(c)]
+    scores, compiled = None, 0
     if candidates and costly is cheap:  # one model: it compiled what it scored if it compiles
-        scores = score(candidates)
-        compiled = len(scored) if cheap.compiles else 0
-    return _Shortlist(task, candidates, scores, compiled, time.perf_counter() - start, scale,
-                      ordered)
+        scores = scorer.score(candidates)
+        compiled = len(scorer.scored) if cheap.compiles else 0
+    return _Shortlist(task, candidates, scores, compiled, time.perf_counter() - start)
+
+
+class _Scorer:
+    """The cheap model's scores of one task's configs, and the check that a config builds."""
+
+    def __init__(self, task: Task, cheap: CostModel, space):
+        self.task, self.cheap, self.space = task, cheap, space
+        self.scored: set = set()
+        # through the prescreen's schedules where it keeps them (the features share them), so
+        # the template is not applied once more for the check
+        self.check = features_of.schedule_check(cheap.extractor)
+
+    def score(self, configs) -> np.ndarray:
+        self.scored.update(configs)
+        return np.asarray(self.cheap.predict([MeasureInput(self.task, c) for c in configs]),
+                          dtype=float)
+
+    def valid(self, config) -> bool:
+        if self.check:
+            return self.check(MeasureInput(self.task, config)) is not None
+        return _valid(self.task, config, self.space)
+
+
+def _search(space, scorer: _Scorer, settings: Settings, shortlist: int, seed: int, seeds,
+            one_model: bool) -> list:
+    """``shortlist`` configs of the evolutionary search on the cheap model (smaller when that
+    model also ranks: each of its scores compiles)."""
+    from ..search.evolution import STRATEGY as ES, evolve
+
+    limits = COSTLY_ES if one_model else STATIC_ES
+    current = ES.values(settings.search)
+    search = ES.configure(settings.search, **{k: min(v, current[k]) for k, v in limits.items()})
+    return evolve(space, scorer.score, shortlist, frozenset(), np.random.default_rng(seed),
+                  search, seeds)
+
+
+def _fast(task: Task, candidates: list, scorer: _Scorer, compiled_at_most: int,
+          start: float) -> _Shortlist:
+    """``fast`` with two models: the cheap one's best ``compiled_at_most``, one register tile
+    at a time, for the costly one to rank."""
+    if not candidates:
+        return _Shortlist(task, [], None, 0, time.perf_counter() - start)
+    ranked = scorer.score(candidates)
+    scale, ordered = None, False
+    if task.workload.flops:
+        order = _diverse(candidates, ranked, len(candidates))
+    else:
+        # moving data only (a transpose): the models learned throughput and cannot rank it,
+        # so nothing is compiled and the row-wise template's own seed order stands (its first
+        # seed picks the rows that give every core work: ``rowwise_seeds``)
+        order = list(range(len(candidates)))
+        scale, ordered = scorer.cheap.label_scale, True
+    # checked on the first few only: checking every seed cost as much as scoring it
+    order = list(itertools.islice((i for i in order if scorer.valid(candidates[i])),
+                                  compiled_at_most))
+    return _Shortlist(task, [candidates[i] for i in order], ranked[order] if ordered else None,
+                      0, time.perf_counter() - start, scale, ordered)
 
 
 def _diverse(candidates, scores: np.ndarray, k: int) -> list[int]:

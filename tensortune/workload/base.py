@@ -39,6 +39,21 @@ class Workload(abc.ABC):
         blob = json.dumps(self.to_dict(), sort_keys=True)
         return f"{self.op}-{hashlib.sha1(blob.encode()).hexdigest()[:10]}"
 
+    def to_job(self) -> dict:
+        """What a worker process is sent: ``to_dict()`` (a fused function adds its TIR)."""
+        return self.to_dict()
+
+    @property
+    def param_names(self) -> tuple[str, ...]:
+        """The function's buffer names where knobs are named after them (a fused function's
+        ``lv15``); empty for an operator, whose knobs name its axes only."""
+        return ()
+
+    @property
+    def outputs(self) -> int:
+        """How many of the function's last parameters are outputs."""
+        return 1
+
     def describe(self) -> str:
         inner = ", ".join(f"{k}={v}" for k, v in self.params().items() if k != "dtype")
         return f"{self.op}({inner})"
@@ -66,6 +81,10 @@ class Workload(abc.ABC):
     @property
     def output_shape(self) -> tuple[int, ...]:
         return tuple(int(d) for d in self.build_te()[-1].shape)
+
+    @property
+    def input_dtypes(self) -> list[str]:
+        return [self.dtype] * len(self.input_shapes)
 
     def random_inputs(self, seed: int = 0) -> list[np.ndarray]:
         rng = np.random.default_rng(seed)

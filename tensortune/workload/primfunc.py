@@ -178,6 +178,10 @@ class PrimFuncWorkload(Workload):
         """The parsed function, with global symbol ``main`` (what builders and runners call)."""
         return _parse(self.script).with_attr("global_symbol", "main")
 
+    @property
+    def outputs(self) -> int:
+        return self.num_outputs
+
     def build_te(self):
         raise WorkloadError("a primfunc workload has no TE definition; use prim_func()")
 
