@@ -20,28 +20,19 @@ from .types import BuildResult, ErrorKind, MeasureInput
 BuildDeadline = float | Callable[[Sequence[float]], float]
 
 
-@functools.lru_cache(maxsize=32)
-def _space(task):
-    # Cached per worker process: defining a space runs the template once, and a batch usually
-    # holds many configs of the same task.
-    from ..space import task_space
-
-    return task_space(task)
-
-
 def _build_one(job: dict) -> tuple[str, str, str | None, float, dict | None, str]:
     """Worker side: ``(error kind, message, library path, seconds, prepack, detail)`` for one
     candidate (``detail``: an error's full text)."""
     import tvm
 
-    from ..space import Config, InvalidConfigError, apply_config
+    from ..space import Config, InvalidConfigError, apply_config, task_space
     from .prepack import split_prepack
 
     set_strict(job.get("strict"))  # the parent's switch: template application reads it here
     start = time.perf_counter()
     try:
         task = job_task(job["task"])
-        sch = apply_config(task, Config.from_json(job["config"]), _space(task))
+        sch = apply_config(task, Config.from_json(job["config"]), task_space(task))
     except InvalidConfigError as err:
         # a template's own refusal says all in its message; a step that failed (TVM's refusal,
         # or a bug in the template) has its cause's traceback kept for errors.log

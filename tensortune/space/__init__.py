@@ -1,6 +1,9 @@
 """How to schedule: knobs, configs, spaces and the templates that span them."""
 from __future__ import annotations
 
+import collections
+import threading
+
 from .config import Config
 from .analysis import TemplateMismatch
 from .cpu_template import generic_cpu
@@ -42,9 +45,28 @@ def _template(name: str):
     return TEMPLATES[name]
 
 
+SPACES_KEPT = 512  # a big model's tasks, under both a CPU's and a GPU's templates
+_SPACES: collections.OrderedDict = collections.OrderedDict()
+_SPACES_LOCK = threading.Lock()
+
+
 def task_space(task) -> ConfigSpace:
-    """The ``ConfigSpace`` of ``task`` under its template."""
-    return define_space(_template(task.template), task.workload.prim_func())
+    """The ``ConfigSpace`` of ``task`` under its template. Spaces are immutable and defining
+    one runs the template (0.1-0.4 s for a CUDA function), so the last ``SPACES_KEPT`` are
+    kept: a model build checks each task's best record against the space its tuning used."""
+    template = _template(task.template)
+    key = (template, task.template, task.workload.key)
+    with _SPACES_LOCK:  # the hardware-free search scores in a second thread
+        space = _SPACES.get(key)
+        if space is not None:
+            _SPACES.move_to_end(key)
+            return space
+    space = define_space(template, task.workload.prim_func())
+    with _SPACES_LOCK:
+        _SPACES[key] = space
+        while len(_SPACES) > SPACES_KEPT:
+            _SPACES.popitem(last=False)
+    return space
 
 
 def task_seeds(task, space: ConfigSpace | None = None, limit: int = 12) -> list[Config]:
