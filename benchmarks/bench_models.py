@@ -36,6 +36,7 @@ from tensortune.measure import use_threads
 from tensortune.peers import fma_peak_gflops, metaschedule_builder
 from tensortune.peers.models import (ModelPeer, check_close, export_onnx, onnxruntime_peer,
                                      openvino_peer, time_interleaved, torch_peer, warm)
+from tensortune.peers.ort_profile import onnxruntime_profile
 from tensortune.session import Session
 from tensortune.settings import Settings
 from tensortune.tasks.graph import GraphOptions
@@ -153,6 +154,7 @@ def bench_one(name: str, args, settings: Settings, home: Path, peak: float) -> d
                                    if e in slow}, rounds=1, per_round=2))
     ms = {e: float(np.median(t)) * 1e3 for e, t in times.items()}
     profile = s.profile(repeat=20, peak_gflops=peak).to_json()
+    peer_ms, peer_kernels = onnxruntime_profile(onnx_path, x, threads)
     row = {"model": label, "import": "torch.export" if s.spec["source"] == "zoo" else "onnx",
            "input_shapes": [list(a.shape) for a in x],
            "tasks": len([t for t in s.extract() if t.tunable]), "trials": trials,
@@ -160,7 +162,9 @@ def bench_one(name: str, args, settings: Settings, home: Path, peak: float) -> d
            "spread": {e: [min(t) * 1e3, max(t) * 1e3] for e, t in times.items()},
            "build_s": {e: p.build_s for e, p in peers.items()}, "max_error": errors,
            "time_evaluator_ms": s.compiled.time(repeat=20).median * 1e3,
-           "profile": profile, "run_id": s.run_id, "graph": s.spec["graph"]}
+           "profile": profile, "run_id": s.run_id, "graph": s.spec["graph"],
+           "onnxruntime_profile": {"kernels_ms": peer_ms,
+                                   "kernels": [dataclasses.asdict(k) for k in peer_kernels]}}
     best_peer = min((v, e) for e, v in ms.items() if e not in ("tensortune", "untuned"))
     row["vs_best_peer"] = ms["tensortune"] / best_peer[0]
     row["best_peer"] = best_peer[1]
@@ -183,6 +187,12 @@ def print_profile(row: dict, top: int = 12) -> None:
     if rest:
         print(f"| {len(rest)} more | | {sum(f['ms'] for f in rest):.3f} | "
               f"{100 * sum(f['share'] for f in rest):.1f}% | | | |")
+    peer = row.get("onnxruntime_profile")
+    if peer:  # the same model in ONNX Runtime's own profile (profiling slows it a little)
+        print(f"\nONNX Runtime's kernels: {peer['kernels_ms']:.2f} ms a run (profiled)")
+        print("| kernel | output | calls | ms |\n|---|---|---|---|")
+        for k in peer["kernels"][:top]:
+            print(f"| {k['op']} | {k['shape']} | {k['calls']} | {k['ms']:.3f} |")
 
 
 def main(argv=None) -> int:
