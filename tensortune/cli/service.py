@@ -33,26 +33,37 @@ def serve(
     policy: str = typer.Option("load-aware", help="the scheduler's policy: load-aware | "
                                "sequential | concurrent"),
     trials: int = typer.Option(200, help="trials of a job that names none"),
+    devices: str = typer.Option("local", help="where candidates are timed, comma-separated: "
+                                "local | cores:N | rpc:HOST:PORT:KEY (as tensortune schedule)"),
+    ray: bool = typer.Option(False, "--ray", help="builds as Ray tasks, devices as Ray actors "
+                             "(a local Ray cluster unless --ray-address)"),
+    ray_address: Optional[str] = typer.Option(None, help="an existing Ray cluster to join"),
 ) -> None:
     """Run the tuning service: jobs, state and records under TENSORTUNE_HOME."""
     import uvicorn
 
-    from ..orchestrate import POLICIES
+    from ..orchestrate import POLICIES, parse_devices
     from ..service.app import ServiceConfig, create_app, ensure_token_file, load_tokens
 
     if policy not in POLICIES:
         fail(f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)}")
     if max_upload_mb <= 0 or trials < 0:
         fail("--max-upload-mb must be positive and --trials not negative")
+    try:
+        parse_devices(devices)
+    except ValueError as err:
+        fail(f"--devices: {err}")
     settings = Settings.from_env()
     path = token_file or ensure_token_file(_default_token_file(settings))
     try:
         tokens = load_tokens(path)
     except (OSError, ValueError) as err:
         fail(f"token file: {err}")
-    app = create_app(settings, ServiceConfig(tokens, max_upload_mb, policy, trials))
+    app = create_app(settings, ServiceConfig(tokens, max_upload_mb, policy, trials, devices, ray,
+                                             ray_address))
     # the token itself is never printed: clients read it from the file
-    console.print(f"tensortune service on http://{host}:{port} (home {settings.home}); "
+    console.print(f"tensortune service on http://{host}:{port} (home {settings.home}, devices "
+                  f"{devices}{', on Ray' if ray or ray_address else ''}); "
                   f"tokens from {path}; dashboard: http://{host}:{port}/#token=<token>")
     uvicorn.run(app, host=host, port=port, log_level="info")
 

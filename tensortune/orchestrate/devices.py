@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import socket
 from dataclasses import dataclass
 
 from ..measure import LocalBuilder, LocalRunner
@@ -130,7 +131,24 @@ class Resources:
         return (LocalBuilder(m.build_workers, m.build_timeout_s),
                 LocalRunner(m, seed=self.settings.seed))
 
+    def nodes(self) -> list[dict]:
+        """The machines builds run on: this one."""
+        return [{"name": socket.gethostname(), "address": "local", "cpus": self.cpu_capacity,
+                 "alive": True}]
+
     def close(self) -> None:
         self.builder.close()
         for d in self.devices:
             d.runner.close()
+
+
+def open_resources(devices: str, settings: Settings, use_ray: bool = False,
+                   ray_address: str | None = None) -> tuple[Layout, "Resources"]:
+    """The layout of ``--devices`` and its resources: local ones, or with ``use_ray`` (or a
+    ``ray_address``) builds as Ray tasks and devices as Ray actors (``ray_backend``)."""
+    layout = Layout.plan(parse_devices(devices))
+    if use_ray or ray_address:
+        from .ray_backend import RayResources
+
+        return layout, RayResources(layout, settings, address=ray_address)
+    return layout, Resources(layout, settings)

@@ -256,6 +256,13 @@ class RayResources:
             self.devices.append(Device(spec.name, RayDeviceRunner(spec.name, handle),
                                        exclusive_cpu=spec.kind == "local"))
 
+    def nodes(self) -> list[dict]:
+        """The Ray cluster's nodes: where build tasks may run."""
+        return [{"name": n.get("NodeName") or n.get("NodeManagerAddress", "?"),
+                 "address": n.get("NodeManagerAddress", "?"),
+                 "cpus": int(n.get("Resources", {}).get("CPU", 0)), "alive": bool(n.get("Alive"))}
+                for n in ray.nodes()]
+
     def private_tools(self) -> tuple:
         """A job's own builder and a view of the first device (the ``concurrent`` policy); a
         second actor could never be placed: the device's one unit is taken."""

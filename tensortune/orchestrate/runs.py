@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..settings import Settings
-from .devices import Layout, Resources, parse_devices
+from .devices import open_resources
 from .jobs import JobSpec, evaluate_model, make_job
 from .scheduler import Report, StageScheduler
 
@@ -18,14 +18,8 @@ def run_schedule(specs: list[JobSpec], policy: str, devices: str, settings: Sett
                  on_scheduler: Callable[[StageScheduler], None] | None = None) -> Report:
     """Schedule ``specs`` under ``policy`` on ``devices``; with ``evaluate`` each tuned model
     is built and timed afterwards (outside the makespan, the same for every policy)."""
-    layout = Layout.plan(parse_devices(devices))
     out.mkdir(parents=True, exist_ok=True)
-    if use_ray or ray_address:
-        from .ray_backend import RayResources
-
-        resources = RayResources(layout, settings, address=ray_address)
-    else:
-        resources = Resources(layout, settings)
+    layout, resources = open_resources(devices, settings, use_ray, ray_address)
     threads = layout.threads(settings.measure.threads)
     try:
         sched = StageScheduler(resources, policy, on_event=on_event)

@@ -173,6 +173,30 @@ class StageScheduler:
         return Report(self.policy, end, list(self.jobs), self.busy_fractions(end),
                       list(self.events))
 
+    def snapshot(self) -> dict:
+        """Now: each device (busy, taken out, its busy fraction since ``run`` began), the
+        CPU, the stages waiting for a resource by kind, the jobs by state."""
+        with self._lock:
+            now = self.clock() - self._t0 if self._t0 else 0.0
+            busy = self.busy_fractions(now)
+            waiting: dict[str, int] = {}
+            for job in self.jobs:
+                if job.state == "running":
+                    for _, stage in job._pending:
+                        waiting[stage.kind] = waiting.get(stage.kind, 0) + 1
+            states: dict[str, int] = {}
+            for job in self.jobs:
+                states[job.state] = states.get(job.state, 0) + 1
+            return {
+                "policy": self.policy, "seconds": round(now, 3),
+                "devices": [{"name": d.name, "busy": d.busy, "down": d.down or None,
+                             "busy_fraction": round(busy.get(d.name, 0.0), 4)}
+                            for d in self.resources.devices],
+                "cpu": {"capacity": self.resources.cpu_capacity,
+                        "free": self._cpu_free if self.policy != "concurrent" else None,
+                        "busy_fraction": round(busy.get("cpu", 0.0), 4)},
+                "queue": waiting, "jobs": states}
+
     def busy_fractions(self, makespan: float) -> dict[str, float]:
         """Each resource's busy time over the makespan (``cpu``: core-seconds over capacity)."""
         if makespan <= 0:

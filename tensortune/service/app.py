@@ -1,6 +1,7 @@
 """The HTTP API (FastAPI): jobs in, tuned modules out; a dashboard at ``/``.
 
-Every route but ``/v1/health`` and the page itself needs ``Authorization: Bearer <token>``.
+Every route but ``/v1/health`` and the page itself needs ``Authorization: Bearer <token>``
+(``/metrics`` too: a Prometheus scrape config sets it as ``authorization: credentials``).
 A model is read as bytes and checked as data (``upload.check_model``); nothing a client sends
 is unpickled or executed.
 """
@@ -13,13 +14,15 @@ from typing import Annotated
 
 from fastapi import Depends, FastAPI, File, Form, HTTPException, Request, UploadFile
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, PlainTextResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from ..settings import Settings
 from .engine import JobNotFound, TuningService
 from .limits import BodyLimit
-from .schemas import Health, JobCreated, JobView
+from .metrics import registry_for
+from .schemas import Cluster, Health, JobCreated, JobView
 from .upload import UploadError, UploadTooLarge, check_model
 
 MAX_TRIALS = 100_000
@@ -33,6 +36,9 @@ class ServiceConfig:
     max_upload_mb: float = 200.0
     policy: str = "load-aware"
     default_trials: int = 200
+    devices: str = "local"  # as ``tensortune schedule --devices``
+    ray: bool = False
+    ray_address: str | None = None
 
 
 def load_tokens(path: Path) -> tuple[str, ...]:
@@ -63,9 +69,11 @@ def create_app(settings: Settings, config: ServiceConfig) -> FastAPI:
     async def lifespan(app: FastAPI):
         from ..frontend.onnx_import import unsupported_ops  # noqa: F401  (import TVM once)
 
-        service = TuningService(settings, config.policy, config.default_trials)
+        service = TuningService(settings, config.policy, config.default_trials, config.devices,
+                                config.ray, config.ray_address)
         service.start()
         app.state.service = service
+        app.state.metrics = registry_for(service)
         try:
             yield
         finally:
@@ -152,6 +160,20 @@ def create_app(settings: Settings, config: ServiceConfig) -> FastAPI:
             raise HTTPException(409, f"job {job_id} has no artifact (it is {state})")
         return FileResponse(path, media_type="application/gzip",
                             filename=f"tensortune-{job_id}.tar.gz")
+
+    @app.get("/v1/cluster", dependencies=auth, responses=errors)
+    def cluster(svc: Service) -> Cluster:
+        """Where the jobs run: nodes, devices (busy, taken out, busy fraction), the build
+        CPU, the stages waiting for a resource and the jobs by state."""
+        return svc.cluster()
+
+    @app.get("/metrics", dependencies=auth, response_class=PlainTextResponse,
+             responses={**errors, 200: {"content": {CONTENT_TYPE_LATEST: {}}}})
+    def metrics(request: Request):
+        """Prometheus' text format: jobs by state, trials (total, per second), each device's
+        busy fraction and state, the build CPU's busy fraction, stages waiting."""
+        return PlainTextResponse(generate_latest(request.app.state.metrics),
+                                 media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     def dashboard() -> str:

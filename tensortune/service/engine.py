@@ -7,6 +7,7 @@ again with the trials it has left; its tasks resume from the records.
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import secrets
 import shutil
@@ -14,7 +15,7 @@ import threading
 import time
 from pathlib import Path
 
-from ..orchestrate.devices import Layout, Resources, parse_devices
+from ..orchestrate.devices import open_resources
 from ..orchestrate.scheduler import Job, StageScheduler
 from ..settings import Settings
 from ..tuner.stages import MEASURE
@@ -34,17 +35,23 @@ class TuningService:
     """Accepts jobs, runs them, answers for them. ``start`` before use, ``close`` after."""
 
     def __init__(self, settings: Settings, policy: str = "load-aware",
-                 default_trials: int = 200):
+                 default_trials: int = 200, devices: str = "local", ray: bool = False,
+                 ray_address: str | None = None):
+        """``devices``, ``ray`` and ``ray_address`` as ``tensortune schedule``'s: where the
+        jobs' candidates are built and timed."""
         self.settings = settings
         self.home = Path(settings.home)
         self.store = Store(self.home / DB_FILE)
         self.index = RecordsIndex(self.store, self.home / "records.jsonl")
         self.jobs_dir = self.home / "jobs"
         self.default_trials = default_trials
-        layout = Layout.plan(parse_devices("local"))
+        layout, self.resources = open_resources(devices, settings, ray, ray_address)
+        self.devices, self.ray = devices, bool(ray or ray_address)
         self.threads = layout.threads(settings.measure.threads)
-        self.resources = Resources(layout, settings)
         self.scheduler = StageScheduler(self.resources, policy, on_event=self._on_event)
+        self.trials_total = 0  # measured since start, for ``/metrics``
+        self._recent: collections.deque = collections.deque()  # (time, trials) of the last minute
+        self._counting = threading.Lock()  # the scheduler's thread counts, HTTP threads read
         self._thread: threading.Thread | None = None
         self.started = time.time()
 
@@ -147,6 +154,21 @@ class TuningService:
                 "scheduler": self.scheduler.policy, "jobs": counts,
                 "scheduler_alive": bool(self._thread and self._thread.is_alive())}
 
+    def cluster(self) -> dict:
+        """Where jobs run: the nodes builds go to, each device (busy, taken out, busy
+        fraction), the CPU, the stages waiting by kind and the jobs by state."""
+        return {"devices_spec": self.devices, "ray": self.ray, "nodes": self.resources.nodes(),
+                **self.scheduler.snapshot()}
+
+    def trials_per_second(self, window_s: float = 60.0) -> float:
+        """Measurements per second over the last ``window_s`` (or since start, if shorter)."""
+        now = time.time()
+        with self._counting:
+            while self._recent and self._recent[0][0] < now - window_s:
+                self._recent.popleft()
+            recent = sum(n for _, n in self._recent)
+        return recent / min(window_s, max(1e-9, now - self.started))
+
     # -- scheduling ---------------------------------------------------------------------------
     def _schedule(self, job: dict) -> None:
         accepted = self.store.events(job["id"], "accepted")
@@ -168,6 +190,9 @@ class TuningService:
             self.store.update_job(job.name, state="running", current=job.current)
         elif kind == "end" and info.kind == MEASURE and info.task != "time model":
             self.store.add_trials(job.name, info.size)
+            with self._counting:
+                self.trials_total += info.size
+                self._recent.append((time.time(), info.size))
         elif kind == "done":
             if self.store.job(job.name)["state"] != "cancelled":
                 self.store.update_job(job.name, state="done", current="")

@@ -60,3 +60,35 @@ class Health(BaseModel):
     scheduler: str
     scheduler_alive: bool
     jobs: dict[str, int]
+
+
+class NodeView(BaseModel):
+    name: str
+    address: str
+    cpus: int
+    alive: bool
+
+
+class DeviceView(BaseModel):
+    name: str
+    busy: bool
+    down: str | None  # why it was taken out, or None while in service
+    busy_fraction: float  # of the time since the scheduler started
+
+
+class CpuView(BaseModel):
+    capacity: int
+    free: int | None
+    busy_fraction: float
+
+
+class Cluster(BaseModel):
+    devices_spec: str
+    ray: bool
+    policy: str
+    seconds: float
+    nodes: list[NodeView]
+    devices: list[DeviceView]
+    cpu: CpuView
+    queue: dict[str, int]  # stages of running jobs waiting for a resource, by kind
+    jobs: dict[str, int]  # the scheduler's jobs by state

@@ -12,7 +12,7 @@ def test_health_needs_no_token_and_the_schema_lists_the_routes(server):
     assert health["status"] == "ok" and health["scheduler_alive"]
     paths = httpx.get(server.url + "/openapi.json").json()["paths"]
     assert {"/v1/jobs", "/v1/jobs/{job_id}", "/v1/jobs/{job_id}/artifact",
-            "/v1/health"} <= set(paths)
+            "/v1/health", "/v1/cluster", "/metrics"} <= set(paths)
 
 
 @pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer wrong-token-0123456789"},
@@ -20,7 +20,8 @@ def test_health_needs_no_token_and_the_schema_lists_the_routes(server):
                                      {"Authorization": f"Bearer {TOKEN}x"}])
 def test_every_route_but_health_needs_the_token(server, onnx_models, headers):
     for method, path in [("GET", "/v1/jobs"), ("GET", "/v1/jobs/x"), ("DELETE", "/v1/jobs/x"),
-                         ("GET", "/v1/jobs/x/artifact")]:
+                         ("GET", "/v1/jobs/x/artifact"), ("GET", "/v1/cluster"),
+                         ("GET", "/metrics")]:
         r = httpx.request(method, server.url + path, headers=headers)
         assert r.status_code == 401, (method, path, r.text)
         assert r.headers["www-authenticate"] == "Bearer"

@@ -30,3 +30,12 @@ def test_submit_wait_jobs_and_fetch(server, onnx_models, tmp_path):
     assert bad.returncode != 0 and "HTTP 401" in bad.stdout + bad.stderr
     missing = _cli("submit", str(tmp_path / "nope.onnx"), env=env)
     assert missing.returncode != 0 and "no file" in missing.stdout + missing.stderr
+
+
+def test_serve_refuses_a_bad_device_list_before_starting(tmp_path):
+    for devices, says in (("gpu0", "unknown device"), ("local,cores:1", "same CPU"),
+                          ("cores:0", "positive whole N")):
+        run = _cli("serve", "--devices", devices, "--port", "1",
+                   env={"TENSORTUNE_HOME": str(tmp_path)})
+        assert run.returncode != 0 and says in run.stdout + run.stderr, (devices, run.stdout)
+        assert "tensortune service on" not in run.stdout  # refused before anything started

@@ -58,6 +58,8 @@ def test_the_page_shows_a_job_and_its_curve(server, onnx_models, browser):
                                   ).get_attribute("points")
     assert len(points.split()) >= 2  # a line through the job's batches
     assert browser.find_elements(By.CSS_SELECTOR, "#curve circle.timed")  # the timed model
+    device = browser.find_element(By.CSS_SELECTOR, "#devices tr.device")  # the cluster's
+    assert "local" in device.text and "in service" in device.text
     tasks = browser.find_elements(By.CSS_SELECTOR, "#tasks tbody tr")
     assert len(tasks) == len(c_tasks(server, job["id"]))
 

@@ -107,3 +107,32 @@ def test_a_hardware_free_job_times_no_candidate(client, onnx_models):
     assert job["state"] == "done", job
     assert job["trials_done"] == 0 and job["predicted_ms"] > 0 and job["latency_ms"] > 0
     assert "none run" in job["note"] and job["artifact"]
+
+
+def test_cluster_and_metrics_report_the_device_the_jobs_ran_on(client, server, onnx_models):
+    """After a job: ``/v1/cluster`` lists this machine and its one device, which was busy a
+    while; ``/metrics`` (Prometheus' text format) counts the jobs by state and every trial."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    job = client.wait(client.submit(onnx_models["odd20"], trials=8)["id"], timeout_s=300)
+    assert job["state"] == "done"
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    cluster = httpx.get(server.url + "/v1/cluster", headers=auth).json()
+    assert cluster["devices_spec"] == "local" and cluster["ray"] is False
+    assert [d["name"] for d in cluster["devices"]] == ["local"]
+    device = cluster["devices"][0]
+    assert device["down"] is None and 0 < device["busy_fraction"] <= 1
+    assert cluster["nodes"] and cluster["nodes"][0]["alive"] and cluster["cpu"]["capacity"] >= 1
+    r = httpx.get(server.url + "/metrics", headers=auth)
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for family in text_string_to_metric_families(r.text) for s in family.samples}
+    jobs = client.jobs()
+    done = sum(j["state"] == "done" for j in jobs)
+    assert samples[("tensortune_jobs", (("state", "done"),))] == done
+    # every trial this server process measured (jobs of an earlier process are not counted)
+    assert samples[("tensortune_trials_total", ())] >= job["trials_done"] > 0
+    assert samples[("tensortune_device_busy_fraction", (("device", "local"),))] > 0
+    assert samples[("tensortune_device_up", (("device", "local"),))] == 1
+    assert ("tensortune_trials_per_second", ()) in samples
