@@ -74,10 +74,10 @@ def split_reduction(sch, block, vector: int, ragged: bool = False):
     return partial
 
 
-def vectorize_partial(sch, partial, parallel: bool = False, unroll: int = 0) -> None:
+def vectorize_partial(sch, partial, parallel: bool = False, unroll: int = 0):
     """Move the lane loop of an ``rfactor`` block innermost and vectorize it; with
     ``parallel``, its leading loops parallel (before its init is split off: TVM refuses a
-    parallel loop over two blocks)."""
+    parallel loop over two blocks). Returns that parallel loop, or None."""
     loops = sch.get_loops(partial)
     lane = bindings(sch, partial)[0]  # rfactor makes the lane iterator the block's first
     at = [i for i, lp in enumerate(loops) if lane.same_as(loop_var(sch, lp))]
