@@ -12,6 +12,7 @@ SHAPES = [
     BatchMatmul(b=2, m=8, n=16, k=4),
     Conv2d(n=1, c=4, h=6, w=6, filters=8, kh=3, kw=3, stride=1, padding=1),
     Conv2d(n=1, c=4, h=7, w=7, filters=4, kh=3, kw=3, stride=2, padding=1, groups=4),  # depthwise
+    Conv2d(n=1, c=48, h=5, w=5, filters=72, kh=1, kw=1),  # weights larger than activations
 ]
 
 
@@ -94,3 +95,30 @@ def test_functions_without_one_tiled_reduction_get_the_row_wise_space():
     generic_cpu(builder, Schedule(te.create_prim_func([v, out])))
     knobs = {k.name: k.options for k in builder.knobs}
     assert knobs["rows"] == (0, 1) and knobs["reduce"] == ("rfactor", "unroll")
+
+
+def test_chunks_follow_the_weights_where_they_are_the_larger_operand():
+    """A late layer (few rows, many weights): the parallel chunks run along the weights'
+    columns first, so each core reads its share of the weights once; a layer with more
+    activations than weights keeps the rows outermost. Both compute what numpy does."""
+    from tensortune.space import Config
+
+    for workload, first in ((Dense(batch=14, in_features=64, out_features=96), "j"),
+                            (Dense(batch=96, in_features=64, out_features=14), "i")):
+        task = Task(workload, default_target())
+        space = task_space(task)
+        n, m = workload.out_features, workload.batch
+        config = Config({"tile_i": (2, 1, 1, m // 2), "tile_j": (2, 1, 1, n // 2),
+                         "tile_k": (1, 64), "vector_axis": "j",
+                         "outer": "S1/1", "pack_X": "none", "pack_W": "root", "unroll": 16})
+        assert config in space
+        sch = apply_config(task, config, space)
+        fused = [ln for ln in sch.mod.script().splitlines() if "T.parallel" in ln][-1]
+        assert fused.split("for ")[1].startswith(first + "_0_"), fused
+        inputs = workload.random_inputs(2)
+        mod = tvm.compile(sch.mod, target=task.tvm_target()).jit()
+        args = [tvm.runtime.tensor(a) for a in inputs]
+        out = tvm.runtime.tensor(np.zeros(workload.output_shape, "float32"))
+        mod["main"](*args, out)
+        np.testing.assert_allclose(out.numpy(), workload.reference(*inputs), rtol=1e-4,
+                                   atol=1e-4)

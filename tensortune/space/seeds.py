@@ -107,11 +107,12 @@ def cpu_seeds(space: ConfigSpace, prim_func, lanes: int = 8, threads: int = 2,
 def _vector_tiles(extent: int, lanes: int) -> list[int]:
     """Register-tile widths for the vectorized axis: the first three of 2, 1, 3 or 4 whole
     vectors that divide it (3 x 8 lanes with 4 rows is AVX2's classic 12-accumulator tile),
-    else of half vectors (120 channels with AVX-512: 8 and 24 lanes, not a 30-lane vector and a
-    half), else quarter vectors (116 channels: 4 lanes, with many rows) and its largest divisor
-    up to two vectors (58 channels: 29 lanes)."""
-    for width in (lanes, lanes // 2):
-        whole = [m * width for m in (2, 1, 3, 4) if width >= 4 and extent % (m * width) == 0]
+    else of half vectors, 2.5 and 3.5 vectors included (120 channels with AVX-512: 8, 24 and
+    40 lanes, not a 30-lane vector and a half; RegNet's 440: 8 and 40, where 10 lanes ran at a
+    third of the peak), else quarter vectors (116 channels: 4 lanes, with many rows) and its
+    largest divisor up to two vectors (58 channels: 29 lanes)."""
+    for width, multiples in ((lanes, (2, 1, 3, 4)), (lanes // 2, (2, 1, 3, 5, 4, 7))):
+        whole = [m * width for m in multiples if width >= 4 and extent % (m * width) == 0]
         if whole:
             return whole[:3]
     quarter = lanes // 4
