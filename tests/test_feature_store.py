@@ -8,7 +8,7 @@ import pytest
 
 from tensortune.dataset import TaskInfo, features_path, load_dataset, manifest_path, working_log
 from tensortune.dataset import collect_dataset
-from tensortune.features import make_extractor
+from tensortune.features import FeatureExtractor, make_extractor
 from tensortune.features.store import FeatureStore, fill, packed
 from tensortune.measure.types import MeasureInput, MeasureResult
 from tensortune.records import RecordWriter, load_records, pack_records
@@ -26,7 +26,7 @@ def _inputs(n=6, m=32):
     return [MeasureInput(task, space.get(i)) for i in range(n)]
 
 
-class Counting:
+class Counting(FeatureExtractor):
     """A real extractor that counts the rows it computes."""
 
     def __init__(self, name="knob"):

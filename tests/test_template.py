@@ -98,18 +98,20 @@ def test_functions_without_one_tiled_reduction_get_the_row_wise_space():
 
 
 def test_chunks_follow_the_weights_where_they_are_the_larger_operand():
-    """A late layer (few rows, many weights): the parallel chunks run along the weights'
-    columns first, so each core reads its share of the weights once; a layer with more
-    activations than weights keeps the rows outermost. Both compute what numpy does."""
+    """A late layer (few rows, more weights than a core's L2 keeps): the parallel chunks run
+    along the weights' columns first, so each core reads its share of the weights once; a
+    layer with more activations than weights keeps the rows outermost. Both compute what numpy
+    does."""
     from tensortune.space import Config
 
-    for workload, first in ((Dense(batch=14, in_features=64, out_features=96), "j"),
-                            (Dense(batch=96, in_features=64, out_features=14), "i")):
+    for workload, first in ((Dense(batch=14, in_features=512, out_features=768), "j"),
+                            (Dense(batch=96, in_features=512, out_features=14), "i")):
         task = Task(workload, default_target())
         space = task_space(task)
         n, m = workload.out_features, workload.batch
-        config = Config({"tile_i": (2, 1, 1, m // 2), "tile_j": (2, 1, 1, n // 2),
-                         "tile_k": (1, 64), "vector_axis": "j",
+        j = (2, 1, 12, 32) if n == 768 else (2, 1, 1, n // 2)
+        config = Config({"tile_i": (2, 1, 1, m // 2), "tile_j": j,
+                         "tile_k": (1, 512), "vector_axis": "j",
                          "outer": "S1/1", "pack_X": "none", "pack_W": "root", "unroll": 16})
         assert config in space
         sch = apply_config(task, config, space)

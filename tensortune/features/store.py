@@ -159,6 +159,8 @@ class FeatureStore:
 
     def wrap(self, extractor):
         """``extractor`` backed by this store (the same wrapper for every call with one name)."""
+        if not isinstance(extractor, FeatureExtractor):
+            raise TypeError(f"a feature store wraps a FeatureExtractor, not {type(extractor).__name__}")
         path = self.path_for(extractor)
         stored = self._open.get(str(path))
         if stored is None:

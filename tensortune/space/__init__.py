@@ -55,7 +55,8 @@ def task_space(task) -> ConfigSpace:
     one runs the template (0.1-0.4 s for a CUDA function), so the last ``SPACES_KEPT`` are
     kept: a model build checks each task's best record against the space its tuning used."""
     template = _template(task.template)
-    key = (template, task.template, task.workload.key)
+    # the key names the function's structure, not its buffers, whose names the knobs carry
+    key = (template, task.template, task.workload.key, task.workload.param_names)
     with _SPACES_LOCK:  # the hardware-free search scores in a second thread
         space = _SPACES.get(key)
         if space is not None:

@@ -16,6 +16,7 @@ class TemplateMismatch(InvalidConfigError):
 # the one before it
 RAGGED = ((16, 32, 8), (8, 16, 4))
 PAD_WASTE = 16
+AXIS_NAMES = "tensortune.axis_names"  # a block's iterators' names from before it was reshaped
 PAD_COPY_MAX = 1 << 18  # elements: a 128 x 255 weight is copied padded, a 768 x 50257 one not
 
 
@@ -113,9 +114,13 @@ def _drop_axes(sch, name: str, ndim: int, units: list, factors: list) -> bool:
     from tvm.tirx import IndexMap
 
     kept = [i for i in range(ndim) if i not in units]
+    block = sch.get_sblock(name)
+    names = [iv.var.name for iv in sch.get(block).iter_vars]
     try:
-        sch.transform_block_layout(sch.get_sblock(name), IndexMap.from_func(
+        sch.transform_block_layout(block, IndexMap.from_func(
             lambda *ivs: [ivs[i] for i in kept], ndim=ndim))
+        # TVM names the new iterators v0, v1...: the knobs keep the old names (``analyze``)
+        sch.annotate(sch.get_sblock(name), AXIS_NAMES, [names[i] for i in kept])
         sch.pad_einsum(sch.get_sblock(name), [factors[i] for i in kept])
     except Exception:  # TVM's ScheduleError
         return False
@@ -182,17 +187,21 @@ def analyze(sch) -> MainBlockInfo:
     block = reductions[0]
     if not any(int(iv.iter_type) == 0 for iv in block.iter_vars):
         raise TemplateMismatch(f"block {block.name_hint} reduces to a scalar: no axis to tile")
+    given = block.annotations.get(AXIS_NAMES)
+    rename = {iv.var.name: str(n) for iv, n in zip(block.iter_vars, given)} if given else {}
     spatial, reduce = [], []
     for iv in block.iter_vars:
         if iv.iter_type not in (0, 2):
             raise TemplateMismatch(f"block {block.name_hint}: unsupported iterator kind {iv.iter_type}")
-        (spatial if iv.iter_type == 0 else reduce).append((iv.var.name, int(iv.dom.extent)))
+        (spatial if iv.iter_type == 0 else reduce).append(
+            (rename.get(iv.var.name, iv.var.name), int(iv.dom.extent)))
     reads = []
     for region in block.reads:
         buf = region.source
         if buf.name == block.writes[0].source.name:
             continue
-        dims = tuple(frozenset(v.name for v in undefined_vars(r.min)) for r in region.region)
+        dims = tuple(frozenset(rename.get(v.name, v.name) for v in undefined_vars(r.min))
+                     for r in region.region)
         reads.append((buf.name, dims, buf.name in params))
     return MainBlockInfo(block.name_hint, tuple(spatial), tuple(reduce), tuple(reads),
                          layout_free_params(func))
