@@ -15,7 +15,7 @@ class TemplateMismatch(InvalidConfigError):
 # largest tile looked for, the least that still pays) for the output's innermost axis, then
 # the one before it
 RAGGED = ((16, 32, 8), (8, 16, 4))
-PAD_WASTE = 16
+PAD_WASTE = 16  # an output axis at most 1 / PAD_WASTE short of a vector multiple is padded
 AXIS_NAMES = "tensortune.axis_names"  # a block's iterators' names from before it was reshaped
 PAD_COPY_MAX = 1 << 18  # elements: a 128 x 255 weight is copied padded, a 768 x 50257 one not
 
@@ -132,8 +132,8 @@ def _read_along(sch, info, axis: int) -> int:
     name = info.spatial[axis][0]
     block = sch.get(sch.get_sblock(info.name))
     total = 0
-    for (buf_name, dims, _), region in zip(info.reads, [r for r in block.reads
-                                                         if r.source.name != block.writes[0].source.name]):
+    inputs = [r for r in block.reads if r.source.name != block.writes[0].source.name]
+    for (_, dims, _), region in zip(info.reads, inputs):  # ``analyze`` keeps their order
         if any(name in used for used in dims):
             size = 1
             for d in region.source.shape:
