@@ -44,15 +44,24 @@ def export_onnx(module, example_inputs: tuple, path: str | Path, opset: int = 17
     return path
 
 
-def onnxruntime_peer(path: str | Path, threads: int) -> ModelPeer:
+def ort_options(threads: int):
+    """ONNX Runtime's session options for a peer: ``threads`` intra-op threads, one inter-op,
+    every graph optimization."""
     import onnxruntime as ort
 
-    start = time.perf_counter()
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    return options
+
+
+def onnxruntime_peer(path: str | Path, threads: int) -> ModelPeer:
+    import onnxruntime as ort
+
+    start = time.perf_counter()
+    session = ort.InferenceSession(str(path), ort_options(threads),
+                                   providers=["CPUExecutionProvider"])
     names = [i.name for i in session.get_inputs()]
 
     def run(inputs):

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .models import ort_options
+
 
 @dataclasses.dataclass(frozen=True)
 class PeerKernel:
@@ -33,18 +35,12 @@ def onnxruntime_profile(path: str | Path, inputs: Sequence[np.ndarray], threads:
     import onnxruntime as ort
 
     with tempfile.TemporaryDirectory(prefix="tt-ortprof-") as tmp:
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-        feeds = dict(zip([i.name for i in session.get_inputs()], inputs))
-        for _ in range(2):
-            session.run(None, feeds)
+        options = ort_options(threads)
         options.enable_profiling = True
         options.profile_file_prefix = str(Path(tmp) / "ort")
         session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-        for _ in range(runs + 2):
+        feeds = dict(zip([i.name for i in session.get_inputs()], inputs))
+        for _ in range(runs + 2):  # the first two warm it up; ``summarize`` keeps the last
             session.run(None, feeds)
         events = json.loads(Path(session.end_profiling()).read_text())
     return summarize(events, runs)
