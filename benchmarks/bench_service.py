@@ -38,8 +38,8 @@ TOKEN = "bench-token-" + "0123456789abcdef"
 
 
 class ServerProcess:
-    def __init__(self, home: Path, port: int):
-        self.home, self.port = home, port
+    def __init__(self, home: Path, port: int, args: tuple[str, ...] = ()):
+        self.home, self.port, self.args = home, port, tuple(args)
         self.url = f"http://127.0.0.1:{port}"
         (home / "tokens").parent.mkdir(parents=True, exist_ok=True)
         (home / "tokens").write_text(TOKEN + "\n")
@@ -54,7 +54,7 @@ class ServerProcess:
         t0 = time.monotonic()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "tensortune", "serve", "--port", str(self.port),
-             "--token-file", str(self.home / "tokens")],
+             "--token-file", str(self.home / "tokens"), *self.args],
             env=dict(os.environ, TENSORTUNE_HOME=str(self.home)),
             stdout=open(self.home / "server.log", "ab"), stderr=subprocess.STDOUT)
         while True:

@@ -223,3 +223,54 @@ def test_bad_policy_and_device_names_are_refused_by_name():
         Layout.plan([DeviceSpec.parse("cores:2")], cores=(0, 1))
     layout = Layout.plan([DeviceSpec.parse("cores:1")], cores=(0, 1))
     assert layout.cpus == (0,) and layout.devices[0][1] == (1,)
+
+
+def test_measurements_go_to_devices_that_can_run_the_job_and_none_is_refused():
+    from tensortune.workload import parse_target
+
+    specs = ("rpc:127.0.0.1:9190:zen3:llvm:znver3", "rpc:127.0.0.1:9190:zen4:llvm:znver4")
+    res = FakeResources(devices=specs)
+    for device, spec in zip(res.devices, specs):
+        device.spec = DeviceSpec.parse(spec)
+    used = []
+    avx512, avx2 = fake_job("avx512", log=used), fake_job("avx2", log=used)
+    avx512.target = parse_target("llvm:skylake-avx512")
+    avx2.target = parse_target("llvm:haswell")
+    report = run("load-aware", [avx512, avx2], res)
+    assert all(j.state == "done" for j in report.jobs)
+    on = {(e.job, e.resource) for e in report.events if e.kind == MEASURE}
+    assert {r for j, r in on if j == "avx512"} == {specs[1]}
+    assert "lacks avx512" in res.devices[0].why_not(avx512.target)
+    gpu = fake_job("gpu")
+    gpu.target = parse_target("cuda:sm_90")
+    with pytest.raises(ValueError, match=r"no device .* can time code for sm_90 \(rpc:"
+                                         r".*zen3.*: it runs llvm code, not cuda"):
+        StageScheduler(res, "load-aware", pin=False).submit(gpu)
+    with pytest.raises(ValueError, match="an RPC device's CPU is named llvm:MCPU"):
+        DeviceSpec.parse("rpc:h:9190:k:znver3")
+    with pytest.raises(ValueError, match="LLVM knows no x86 CPU 'zen9'"):
+        DeviceSpec.parse("rpc:h:9190:k:llvm:zen9")
+
+
+def test_a_waiting_job_holds_no_resource_while_the_others_go_on():
+    from tensortune.tuner.stages import WAIT
+
+    released = threading.Event()
+
+    def waiter():
+        yield Stage(WAIT, lambda _: released.wait(10), task="shared")
+        yield Stage(PROPOSE, lambda _: None)
+        return 0
+
+    def releasing():
+        for _ in range(3):
+            yield Stage(PROPOSE, lambda _: time.sleep(0.02))
+        yield Stage(UPDATE, lambda _: released.set())
+
+    # one build core: a wait that held it would stop the other job for ever
+    report = run("load-aware", [Job("w", waiter), Job("r", releasing)], FakeResources(cpu=1))
+    assert [j.state for j in report.jobs] == ["done", "done"]
+    wait = next(e for e in report.events if e.kind == WAIT)
+    assert wait.resource == WAIT and wait.end >= max(e.end for e in report.events
+                                                     if e.job == "r") - 1e-3
+    assert WAIT not in report.busy and report.busy["cpu"] < 1.0

@@ -189,3 +189,39 @@ def test_tune_op_through_an_rpc_device_and_a_bad_device_spec(tracker, server, tm
     assert summary["device"] == f"rpc:{KEY}@127.0.0.1:{tracker.port}"
     assert summary["trials"] == 4 and summary["best_us"] > 0
     assert {r.device for r in load_records(log)} == {summary["device"]}
+
+
+def test_a_whole_saved_model_is_timed_on_the_server_and_a_broken_one_is_an_error(
+        tracker, server, tmp_path):
+    """What a service job's last measurement does: the model, its weights and inputs sent to
+    the device and ``main`` timed there (a tuple output too: the VM's stateful API)."""
+    import torch
+    from torch import nn
+
+    from tensortune.frontend.model import random_inputs
+    from tensortune.measure.model_timing import ModelTimer, save_inputs
+    from tensortune.session import Session
+
+    class TwoOut(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(3, 20, 3)
+
+        def forward(self, x):
+            y = self.conv(x)
+            return y.relu(), y.mean()
+
+    settings = Settings(home=tmp_path / "home", measure=FAST)
+    compiled = Session.from_torch(TwoOut().eval(), (torch.randn(1, 3, 13, 13),),
+                                  settings=settings).build(tuned=False)
+    compiled.save(tmp_path / "timing")
+    save_inputs(tmp_path / "timing", random_inputs(compiled.inputs))
+    with RPCRunner(device(tracker), FAST) as remote, LocalRunner(FAST) as local:
+        assert isinstance(remote, ModelTimer) and isinstance(local, ModelTimer)
+        for runner in (remote, local):
+            costs = runner.time_model(str(tmp_path / "timing"), repeat=3, min_repeat_ms=0)
+            assert len(costs) == 3 and all(c > 0 for c in costs)
+        (tmp_path / "timing" / "inputs.npz").unlink()
+        for runner in (remote, local):
+            with pytest.raises(RuntimeError, match="timing the model"):
+                runner.time_model(str(tmp_path / "timing"), repeat=3, min_repeat_ms=0)

@@ -96,3 +96,24 @@ def test_a_pipelined_warm_up_stops_when_on_step_says_so():
     res = make_scheduler("round-robin", settings).run(36, on_step=lambda p, n: p.name == "b")
     # b's end stops new batches; a was already done, c had started and is finished, not lost
     assert res.order[:2] == ["a", "b"] and res.trials <= 12
+
+
+def test_a_task_another_job_holds_is_left_to_it_and_freed_when_that_job_ends():
+    from tensortune.tasks.claims import SHARED, TaskClaims
+
+    claims = TaskClaims()
+    first = make_scheduler("round-robin", claims=claims.for_owner("job-1"))
+    gen = first.stages(24)
+    next(gen)  # job 1 started: it holds a, b and c
+    assert claims.holders([t.key for _, t, _ in TASKS], "job-2") == {
+        t.key: "job-1" for _, t, _ in TASKS}
+    second = make_scheduler("round-robin", claims=claims.for_owner("job-2"))
+    res = second.run(24)
+    assert res.trials == 0  # nothing of its own to tune
+    assert res.skipped == {n: SHARED + "job-1" for n in "abc"}
+    assert not claims.wait([TASKS[0][1].key], "job-2", timeout_s=0.05)  # still held
+    gen.close()  # job 1 cancelled: its tasks are free, a waiting job may go on
+    assert claims.wait([t.key for _, t, _ in TASKS], "job-2", timeout_s=1)
+    assert claims.holders([t.key for _, t, _ in TASKS], "job-2") == {}
+    third = make_scheduler("round-robin", claims=claims.for_owner("job-3")).run(12)
+    assert third.trials == 12 and not third.skipped

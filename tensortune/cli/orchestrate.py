@@ -17,10 +17,12 @@ from .common import console, fail
 
 
 def schedule(
-    jobs_file: Path = typer.Argument(..., help="JOBS.json: {\"jobs\": [...]}, see the README"),
+    jobs_file: Optional[Path] = typer.Argument(None, help="JOBS.json: {\"jobs\": [...]}, see "
+                                               "the README (not with --simulate)"),
     policy: str = typer.Option("load-aware", help="load-aware | sequential | concurrent"),
     devices: str = typer.Option("local", help="comma-separated: local | cores:N (N cores "
-                                "reserved for timing) | rpc:HOST:PORT:KEY"),
+                                "reserved for timing) | rpc:HOST:PORT:KEY[:llvm:MCPU] "
+                                "(a tracker's server; MCPU its CPU, default this host's)"),
     out: Optional[Path] = typer.Option(None, help="where records and the report go "
                                        "(default: TENSORTUNE_HOME/schedules/<time>)"),
     ray: bool = typer.Option(False, "--ray", help="builds as Ray tasks, devices as Ray actors "
@@ -29,11 +31,24 @@ def schedule(
     evaluate: bool = typer.Option(True, help="time each tuned model at the end"),
     seed: int = typer.Option(0, help="random seed"),
     as_json: bool = typer.Option(False, "--json", help="end with one JSON summary line on stdout"),
+    simulate: Optional[Path] = typer.Option(None, help="replay a schedule run's recorded "
+                                            "stages (its output directory) on --nodes and "
+                                            "--sim-devices instead of tuning"),
+    nodes: str = typer.Option("1,2,4,8,16,32,64", help="build nodes to simulate"),
+    sim_devices: str = typer.Option("1,2,4,8,16,32", help="devices to simulate"),
+    cores_per_node: int = typer.Option(0, help="build cores of a simulated node (0: the "
+                                       "recorded run's)"),
 ) -> None:
     """Tune many jobs at once on shared cores and devices; print each job's best, the
-    makespan and each resource's busy fraction."""
+    makespan and each resource's busy fraction. With --simulate, predict the makespan of a
+    recorded run on more build nodes and devices."""
     from ..orchestrate import POLICIES, JobsFileError, load_jobs, parse_devices
     from ..orchestrate.runs import run_schedule
+
+    if simulate is not None:
+        return _simulate(simulate, nodes, sim_devices, cores_per_node, as_json)
+    if jobs_file is None:
+        fail("give a jobs file (JOBS.json), or --simulate RUN_DIR")
 
     if policy not in POLICIES:
         fail(f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)}")
@@ -84,6 +99,44 @@ class LiveTable:
                           job.current if job else "", f"{job.trials if job else 0}/{spec.trials}",
                           f"{job.served_s:.0f}" if job else "0")
         return table
+
+
+def _simulate(run_dir: Path, nodes: str, devices: str, cores_per_node: int,
+               as_json: bool) -> None:
+    from ..orchestrate.simulate import SIM_POLICIES, load_traces, simulate
+
+    try:
+        node_counts, device_counts = _counts(nodes, "--nodes"), _counts(devices, "--sim-devices")
+        traces, recorded, real = load_traces(run_dir)
+    except (OSError, ValueError) as err:
+        fail(str(err))
+    cores = cores_per_node or recorded
+    table = Table(title=f"{len(traces)} job(s) of {run_dir} (ran in {real:.1f} s on {recorded} "
+                        f"build core(s)); simulated makespan, s, {cores} core(s) a node")
+    table.add_column("nodes")
+    table.add_column("devices")
+    for policy in SIM_POLICIES:
+        table.add_column(policy)
+    rows = []
+    for n in node_counts:
+        for d in device_counts:
+            sims = [simulate(traces, n, d, cores, recorded, p) for p in SIM_POLICIES]
+            rows += [s.to_json() for s in sims]
+            table.add_row(str(n), str(d), *(f"{s.makespan_s:.1f}" for s in sims))
+    console.print(table)
+    if as_json:
+        print(json.dumps({"run": str(run_dir), "recorded_makespan_s": round(real, 3),
+                          "recorded_cores": recorded, "cores_per_node": cores, "rows": rows}))
+
+
+def _counts(text: str, option: str) -> list[int]:
+    try:
+        counts = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise ValueError(f"{option}: comma-separated whole numbers, got {text!r}") from None
+    if not counts or min(counts) < 1:
+        raise ValueError(f"{option}: counts of 1 or more, got {text!r}")
+    return counts
 
 
 def print_report(report) -> None:

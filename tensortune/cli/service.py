@@ -34,7 +34,8 @@ def serve(
                                "sequential | concurrent"),
     trials: int = typer.Option(200, help="trials of a job that names none"),
     devices: str = typer.Option("local", help="where candidates are timed, comma-separated: "
-                                "local | cores:N | rpc:HOST:PORT:KEY (as tensortune schedule)"),
+                                "local | cores:N | rpc:HOST:PORT:KEY[:llvm:MCPU] (as "
+                                "tensortune schedule); a job goes to devices that run its target"),
     ray: bool = typer.Option(False, "--ray", help="builds as Ray tasks, devices as Ray actors "
                              "(a local Ray cluster unless --ray-address)"),
     ray_address: Optional[str] = typer.Option(None, help="an existing Ray cluster to join"),

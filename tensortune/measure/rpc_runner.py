@@ -31,8 +31,9 @@ import uuid
 from dataclasses import dataclass
 
 from ..settings import MeasureSettings
+from .model_timing import LIBRARY, model_arrays, time_main
 from .pool import JobFailure, WorkerPool
-from .runner import _data, _load_runtime, _prepacked, _to_result
+from .runner import MODEL_TIMEOUT_S, _data, _load_runtime, _prepacked, _to_result
 from .types import BuildResult, ErrorKind, MeasureInput, MeasureResult
 
 UNAVAILABLE, LOST = "unavailable", "lost"  # worker replies that are not a candidate's result
@@ -127,6 +128,26 @@ class RPCRunner:
             return _with_device(_to_result(reply, build_s, run_s, s.run_timeout_s),
                                 self.device.name)
 
+    def time_model(self, directory: str, repeat: int, min_repeat_ms: int) -> tuple[float, ...]:
+        """A whole saved model (``model_timing``) uploaded to the device and timed there;
+        ``DeviceUnavailable`` when no server can be had, ``RuntimeError`` when it fails."""
+        job = {"device": self.device.__dict__, "session": self._token,
+               "directory": str(directory), "repeat": repeat, "min_repeat_ms": min_repeat_ms,
+               "threads": self.settings.threads}
+        for attempt in range(1 + self.retries):
+            (reply,) = self._pool.map(_time_model_remote, [job], MODEL_TIMEOUT_S)
+            if isinstance(reply, JobFailure):
+                raise RuntimeError(f"{self.device.name}: timing the model failed: "
+                                   f"{reply.message}")
+            kind, costs, why = reply
+            if kind == ErrorKind.NONE.value:
+                return costs
+            if kind != UNAVAILABLE:
+                raise RuntimeError(f"{self.device.name}: timing the model failed: {why}")
+            time.sleep(self.retry_pause_s * (attempt + 1))
+        raise DeviceUnavailable(f"{self.device.name}: no server after {1 + self.retries} "
+                                f"tries: {why}")
+
     def close(self) -> None:
         self._pool.close()
 
@@ -217,6 +238,30 @@ def _run_remote(job: dict):
         return (ErrorKind.WRONG_RESULT.value, costs, False, f"max abs error {error:.3g} vs reference",
                 None)
     return ErrorKind.NONE.value, costs, True, "", None
+
+
+def _time_model_remote(job: dict):
+    """Worker side of ``RPCRunner.time_model``: ``(error kind, costs, why)``; UNAVAILABLE
+    when no session could be had, LOST when it broke (a fresh one is tried next)."""
+    from pathlib import Path
+
+    try:
+        remote = _session(job)
+    except Exception as err:
+        _SESSION.clear()
+        return UNAVAILABLE, (), _first_line(err)
+    try:
+        # a name of its own: a server keeps a loaded library mapped
+        name = f"model-{uuid.uuid4().hex[:12]}.so"
+        remote.upload(str(Path(job["directory"]) / LIBRARY), name)
+        costs = time_main(remote.load_module(name), remote.cpu(),
+                          model_arrays(job["directory"]), job["repeat"], job["min_repeat_ms"])
+        return ErrorKind.NONE.value, costs, ""
+    except Exception as err:
+        if _session_broke(err) or not _alive(remote):
+            _SESSION.clear()
+            return UNAVAILABLE, (), _first_line(err)
+        return ErrorKind.RUNTIME_ERROR.value, (), _first_line(err)
 
 
 def _session_broke(err: BaseException) -> bool:

@@ -8,6 +8,7 @@ from typing import Protocol, runtime_checkable
 
 from ..errors import raise_if_strict
 from ..settings import MeasureSettings
+from .model_timing import time_here
 from .pool import CRASHED, TIMEOUT, JobFailure, WorkerPool, pin_and_init
 from .types import BuildResult, ErrorKind, MeasureInput, MeasureResult
 
@@ -20,6 +21,9 @@ class Runner(Protocol):
             verify: list[bool] | None = None) -> list[MeasureResult]:
         """One result per input, in order; build errors pass through unmeasured."""
         ...
+
+
+MODEL_TIMEOUT_S = 900.0  # a whole model's timing: repeats of a slow network, its upload
 
 
 def use_threads(threads: int) -> None:
@@ -195,6 +199,15 @@ class LocalRunner:
         note = f"timed beside {busy:.1f} busy cores of other processes"
         return _to_result((kind, costs, verified, "; ".join(filter(None, (message, note))), busy),
                           build_s, run_s, s.run_timeout_s)
+
+    def time_model(self, directory: str, repeat: int, min_repeat_ms: int) -> tuple[float, ...]:
+        """A whole saved model (``model_timing``) timed in the worker, on this runner's cores
+        and threads; ``RuntimeError`` naming why when the worker could not."""
+        job = {"directory": str(directory), "repeat": repeat, "min_repeat_ms": min_repeat_ms}
+        (reply,) = self._pool.map(time_here, [job], MODEL_TIMEOUT_S)
+        if isinstance(reply, JobFailure):
+            raise RuntimeError(f"timing the model in {directory} failed: {reply.message}")
+        return reply
 
     def _why_unrunnable(self, target: dict) -> str:
         from ..workload import target_key, untimeable_reason

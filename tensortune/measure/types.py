@@ -41,6 +41,7 @@ class BuildResult:
     message: str = ""
     prepack: dict | None = None
     detail: str = field(default="", repr=False)
+    node: str = ""  # the cluster node that built it ("": this machine)
 
 
 @dataclass(frozen=True)

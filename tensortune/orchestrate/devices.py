@@ -3,12 +3,16 @@
 ``--devices`` names the devices: ``local`` (this machine's CPU, shared with the builds, so a
 measurement waits for the CPU to be idle), ``cores:N`` (the last N cores reserved for timing,
 one kernel thread each; builds and searches are pinned to the others) and
-``rpc:HOST:PORT:KEY`` (a TVM RPC server behind a tracker). ``Resources`` holds the tools: one
-builder pinned to the build cores, one runner per device.
+``rpc:HOST:PORT:KEY[:llvm:MCPU]`` (a TVM RPC server behind a tracker, whose CPU is ``MCPU``;
+this host's CPU when not named). A job's measurements go to the devices that can run its target
+(``DeviceSpec.why_not``). ``Resources`` holds the tools: one builder pinned to the build cores,
+one runner per device.
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
+import json
 import os
 import socket
 from dataclasses import dataclass
@@ -16,6 +20,7 @@ from dataclasses import dataclass
 from ..measure import LocalBuilder, LocalRunner
 from ..measure.rpc_runner import RPCDevice, RPCRunner
 from ..settings import Settings
+from ..workload import device_reason, parse_target, target_key
 
 
 @dataclass(frozen=True)
@@ -25,6 +30,11 @@ class DeviceSpec:
     kind: str  # "local", "cores" or "rpc"
     cores: int = 0
     rpc: RPCDevice | None = None
+    cpu: str = ""  # an RPC device's LLVM mcpu; "" is this host's CPU
+
+    def why_not(self, target: dict) -> str:
+        """Why this device cannot run code compiled for ``target`` ('' when it can)."""
+        return _why_not(self.cpu, target_key(target))
 
     @property
     def name(self) -> str:
@@ -44,15 +54,30 @@ class DeviceSpec:
                 raise ValueError(f"device {spec!r}: cores:N needs a positive whole N")
             return DeviceSpec("cores", cores=int(text))
         if spec.startswith("rpc:"):
-            return DeviceSpec("rpc", rpc=RPCDevice.parse(spec))
-        raise ValueError(f"unknown device {spec!r}; use local, cores:N or rpc:HOST:PORT:KEY")
+            parts = spec.split(":")
+            cpu = ""
+            if len(parts) > 4:
+                kind, _, cpu = ":".join(parts[4:]).partition(":")
+                if kind != "llvm" or not cpu:
+                    raise ValueError(f"device {spec!r}: an RPC device's CPU is named llvm:MCPU "
+                                     "(e.g. llvm:znver3)")
+                parse_target(f"llvm:{cpu}")  # refuses a CPU LLVM does not know, by name
+            return DeviceSpec("rpc", rpc=RPCDevice.parse(":".join(parts[:4])), cpu=cpu)
+        raise ValueError(f"unknown device {spec!r}; use local, cores:N or "
+                         "rpc:HOST:PORT:KEY[:llvm:MCPU]")
+
+
+@functools.lru_cache(maxsize=256)
+def _why_not(cpu: str, target: str) -> str:
+    # asked at every dispatch of a measurement: LLVM's answer is kept
+    return device_reason(json.loads(target), {"kind": "llvm", "mcpu": cpu} if cpu else None)
 
 
 def parse_devices(text: str) -> list[DeviceSpec]:
     """A comma-separated ``--devices`` list; at most one local CPU device (local or cores:N)."""
     specs = [DeviceSpec.parse(part) for part in text.split(",") if part.strip()]
     if not specs:
-        raise ValueError("no device given; use local, cores:N or rpc:HOST:PORT:KEY")
+        raise ValueError("no device given; use local, cores:N or rpc:HOST:PORT:KEY[:llvm:MCPU]")
     if sum(s.kind in ("local", "cores") for s in specs) > 1:
         raise ValueError("at most one of local and cores:N: they are the same CPU")
     names = [s.name for s in specs]
@@ -100,6 +125,21 @@ class Device:
     exclusive_cpu: bool = False
     busy: bool = False
     down: str = ""  # why it was taken out (an RPC server gone), or ""
+    spec: DeviceSpec | None = None  # None: runs any target (a test's device)
+
+    def why_not(self, target: dict | None) -> str:
+        """Why this device cannot time ``target``'s code ('' when it can, or no target)."""
+        return "" if target is None or self.spec is None else self.spec.why_not(target)
+
+
+def why_none_serves(devices: list[Device], target: dict | None) -> str:
+    """'' when a device of ``devices`` can time ``target``'s code, else why none can, naming
+    each device."""
+    reasons = [f"{d.name}: {d.why_not(target)}" for d in devices]
+    if target is None or any(r.endswith(": ") for r in reasons):
+        return ""
+    what = target.get("mcpu") or target.get("arch") or target.get("kind")
+    return f"no device of this service can time code for {what} ({'; '.join(reasons)})"
 
 
 class Resources:
@@ -120,7 +160,8 @@ class Resources:
                 runner = RPCRunner(spec.rpc, m, seed=settings.seed)
             else:
                 runner = LocalRunner(m, seed=settings.seed, cpus=cpus if pin and cpus else None)
-            self.devices.append(Device(spec.name, runner, exclusive_cpu=spec.kind == "local"))
+            self.devices.append(Device(spec.name, runner, exclusive_cpu=spec.kind == "local",
+                                       spec=spec))
 
     def private_tools(self) -> tuple:
         """A builder and a runner of a job's own, on all cores, as a separate process of

@@ -15,6 +15,7 @@ import shutil
 import tempfile
 import time
 import uuid
+from pathlib import Path
 
 from ..measure.builder import LocalBuilder
 from ..measure.pool import first_line
@@ -41,6 +42,13 @@ def resource_name(device: str) -> str:
     return f"device:{device}"
 
 
+def node_label(node: dict) -> str:
+    """A Ray node (an entry of ``ray.nodes()``) as events name it: its name (an address, by
+    default) and the start of its id, since nodes on one machine share the address."""
+    name = node.get("NodeName") or node.get("NodeManagerAddress") or "?"
+    return f"{name}/{node.get('NodeID', '')[:8]}"
+
+
 def _write(directory: str, data: bytes) -> str:
     """``data`` as a fresh library file in ``directory``; its path."""
     path = os.path.join(directory, f"{uuid.uuid4().hex}.so")
@@ -61,8 +69,9 @@ def _build_chunk(inputs: list[MeasureInput], limit, cpus) -> list:
         # one worker: the task holds one Ray CPU; its pool still isolates crashes and hangs
         _BUILDERS[cpus] = LocalBuilder(1, cpus=cpus)
         atexit.register(_BUILDERS[cpus].close)
-    out = []
+    out, node = [], ray.get_runtime_context().get_node_id()
     for build in _BUILDERS[cpus].build(inputs, limit):
+        build = dataclasses.replace(build, node=node)
         data = None
         if build.path:
             with open(build.path, "rb") as f:
@@ -99,6 +108,18 @@ class DeviceActor:
             for path in paths:  # loaded libraries stay mapped; the file is no longer needed
                 os.remove(path)
             self.spans.append((start, time.time()))
+
+    def time_model(self, files: dict[str, bytes], repeat: int, min_repeat_ms: int):
+        """A whole saved model, its files sent as bytes (the node may be another machine),
+        timed by the runner."""
+        directory = tempfile.mkdtemp(dir=self.dir)
+        try:
+            for name, data in files.items():
+                with open(os.path.join(directory, name), "wb") as f:
+                    f.write(data)
+            return self.runner.time_model(directory, repeat, min_repeat_ms)
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
 
     def history(self) -> list[tuple[float, float]]:
         """When each ``run`` began and ended (wall clock): what shows they never overlap."""
@@ -139,6 +160,7 @@ class RayBuilder:
     def __init__(self, chunks: int, timeout_s: float, cpus: tuple[int, ...] | None = None):
         self.chunks, self.timeout_s, self.cpus = chunks, timeout_s, cpus
         self.workdir = tempfile.mkdtemp(prefix="tensortune-ray-build-")
+        self._labels: dict[str, str] = {}  # Ray node id -> ``node_label``
 
     def build(self, inputs: list[MeasureInput], limit=None) -> list[BuildResult]:
         """As ``LocalBuilder.build``; each chunk tightens ``limit`` on its own builds."""
@@ -154,10 +176,16 @@ class RayBuilder:
                 out.extend(BuildResult(None, 0.0, ErrorKind.COMPILE_ERROR, why) for _ in part)
                 continue
             for build, data in pairs:
+                build = dataclasses.replace(build, node=self._label(build.node))
                 if data is not None:
                     build = dataclasses.replace(build, path=_write(self.workdir, data))
                 out.append(build)
         return out
+
+    def _label(self, node_id: str) -> str:
+        if node_id not in self._labels:  # a node that joined since: ask the cluster again
+            self._labels.update({n["NodeID"]: node_label(n) for n in ray.nodes()})
+        return self._labels.get(node_id, node_id[:8])
 
     def close(self) -> None:
         shutil.rmtree(self.workdir, ignore_errors=True)
@@ -171,7 +199,14 @@ class RayDeviceRunner:
 
     def run(self, inputs, builds, verify=None) -> list[MeasureResult]:
         libs = [_read(b) for b in builds]
-        ref = self.actor.run.remote(list(inputs), list(builds), libs, verify)
+        return self._get(self.actor.run.remote(list(inputs), list(builds), libs, verify))
+
+    def time_model(self, directory: str, repeat: int, min_repeat_ms: int) -> tuple[float, ...]:
+        """A whole saved model timed by the device's actor, wherever its node is."""
+        files = {p.name: p.read_bytes() for p in Path(directory).iterdir() if p.is_file()}
+        return self._get(self.actor.time_model.remote(files, repeat, min_repeat_ms))
+
+    def _get(self, ref):
         try:
             return ray.get(ref)
         except ray.exceptions.RayActorError as err:
@@ -254,12 +289,11 @@ class RayResources:
             handle = actor.options(resources={resource_name(spec.name): 1}).remote(
                 spec, tuple(cpus) if local else (), settings)
             self.devices.append(Device(spec.name, RayDeviceRunner(spec.name, handle),
-                                       exclusive_cpu=spec.kind == "local"))
+                                       exclusive_cpu=spec.kind == "local", spec=spec))
 
     def nodes(self) -> list[dict]:
         """The Ray cluster's nodes: where build tasks may run."""
-        return [{"name": n.get("NodeName") or n.get("NodeManagerAddress", "?"),
-                 "address": n.get("NodeManagerAddress", "?"),
+        return [{"name": node_label(n), "address": n.get("NodeManagerAddress", "?"),
                  "cpus": int(n.get("Resources", {}).get("CPU", 0)), "alive": bool(n.get("Alive"))}
                 for n in ray.nodes()]
 

@@ -46,4 +46,6 @@ def write_report(report: Report, out: Path, devices: str, specs: list[dict]) -> 
         for e in report.events:
             f.write(json.dumps({"job": e.job, "kind": e.kind, "resource": e.resource,
                                 "size": e.size, "start": round(e.start, 4),
-                                "end": round(e.end, 4), "task": e.task}) + "\n")
+                                "end": round(e.end, 4), "task": e.task,
+                                **({"nodes": list(e.nodes)} if e.nodes else {}),
+                                **({"error": e.error} if e.error else {})}) + "\n")

@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..measure.rpc_runner import DeviceUnavailable
-from ..tuner.stages import BUILD, MEASURE, Stage, StageGen
-from .devices import Resources
+from ..tuner.stages import BUILD, MEASURE, WAIT, Stage, StageGen
+from .devices import Resources, why_none_serves
 
 POLICIES = ("load-aware", "sequential", "concurrent")
 
@@ -45,6 +45,7 @@ class Job:
     summarize: Callable[[Any], dict] = lambda result: {}
     priority: int = 0
     context: dict = field(default_factory=dict)  # what the job keeps (a model's Session)
+    target: dict | None = None  # its measurements go to devices that run this; None: any
     # set by the scheduler
     state: str = "waiting"  # waiting, running, done, failed, cancelled
     error: str = ""
@@ -75,6 +76,8 @@ class Event:
     start: float
     end: float
     task: str = ""
+    error: str = ""  # the exception's type name when the stage failed (a device gone, say)
+    nodes: tuple[str, ...] = ()  # a build's: the cluster nodes its candidates were built on
 
 
 @dataclass
@@ -84,9 +87,11 @@ class Report:
     jobs: list[Job]
     busy: dict[str, float]
     events: list[Event]
+    cpu_capacity: int = 1  # the build cores (what a simulation scales from)
 
     def to_json(self) -> dict:
         return {"policy": self.policy, "makespan_s": round(self.makespan_s, 3),
+                "cpu_capacity": self.cpu_capacity,
                 "jobs": [{"name": j.name, "state": j.state, **j.summary,
                           **({"error": j.error} if j.error else {})} for j in self.jobs],
                 "resources": {k: round(v, 4) for k, v in self.busy.items()}}
@@ -94,8 +99,9 @@ class Report:
 
 class StageScheduler:
     """Runs jobs' stages on ``resources`` under ``policy``; ``on_event(kind, job, info)`` is
-    told of each stage's ``start`` and ``end`` (info: the stage) and of each job's end,
-    ``done`` or ``failed`` (info: the error), for a live table or a service's progress."""
+    told of each stage's ``start`` (info: the stage) and ``end`` (info: its ``Event``: where it
+    ran, whether it failed) and of each job's end, ``done`` or ``failed`` (info: the error),
+    for a live table or a service's progress."""
 
     def __init__(self, resources: Resources, policy: str = "load-aware",
                  on_event: Callable[[str, Job, Any], None] | None = None,
@@ -119,7 +125,11 @@ class StageScheduler:
         self._t0 = 0.0
 
     def submit(self, job: Job) -> Job:
-        """Add a job; safe from any thread, before or during ``run``."""
+        """Add a job; safe from any thread, before or during ``run``. ``ValueError`` when no
+        device can time the job's target."""
+        refusal = why_none_serves(self.resources.devices, job.target)
+        if refusal:
+            raise ValueError(f"job {job.name!r}: {refusal}")
         with self._lock:
             if any(j.name == job.name for j in self.jobs):
                 raise ValueError(f"a job named {job.name!r} is already scheduled")
@@ -171,7 +181,7 @@ class StageScheduler:
     def report(self) -> Report:
         end = max([e.end for e in self.events], default=0.0)
         return Report(self.policy, end, list(self.jobs), self.busy_fractions(end),
-                      list(self.events))
+                      list(self.events), self.resources.cpu_capacity)
 
     def snapshot(self) -> dict:
         """Now: each device (busy, taken out, its busy fraction since ``run`` began), the
@@ -204,6 +214,8 @@ class StageScheduler:
         out: dict[str, float] = {}
         cap = self.resources.cpu_capacity
         for e in self.events:
+            if e.resource == WAIT:
+                continue
             if e.resource == "cpu":
                 units = cap if e.kind == BUILD else 1
                 out["cpu"] = out.get("cpu", 0.0) + units * (e.end - e.start) / (cap * makespan)
@@ -264,7 +276,11 @@ class StageScheduler:
                 start = self.clock() - self._t0
                 if self.on_event:
                     self.on_event("start", job, stage)
-                pool.submit(self._execute, job, index, stage, resource, held, tool, start)
+                args = (job, index, stage, resource, held, tool, start)
+                if stage.kind == WAIT:  # on a thread of its own: waits must not fill the pool
+                    threading.Thread(target=self._execute, args=args, daemon=True).start()
+                else:
+                    pool.submit(self._execute, *args)
 
     def _acquire(self, job: Job, stage: Stage):
         """``(resource name, device held or None, tool)`` if the stage can start now (its
@@ -273,10 +289,12 @@ class StageScheduler:
             builder, runner = job._own or (self.resources.builder,
                                            self.resources.devices[0].runner)
             return f"job:{job.name}", None, {BUILD: builder, MEASURE: runner}.get(stage.kind)
+        if stage.kind == WAIT:
+            return WAIT, None, None
         cap = self.resources.cpu_capacity
         if stage.kind == MEASURE:
             for dev in self.resources.devices:
-                if dev.busy or dev.down:
+                if dev.busy or dev.down or dev.why_not(job.target):
                     continue
                 if dev.exclusive_cpu:
                     if self._cpu_free < cap:
@@ -293,7 +311,7 @@ class StageScheduler:
         return "cpu", None, self.resources.builder if stage.kind == BUILD else None
 
     def _release(self, stage: Stage, device) -> None:
-        if self.policy == "concurrent":
+        if self.policy == "concurrent" or stage.kind == WAIT:
             return
         if device is not None:
             device.busy = False
@@ -305,7 +323,7 @@ class StageScheduler:
     def _execute(self, job: Job, index: int, stage: Stage, resource: str, device, tool,
                  start: float) -> None:
         try:
-            if stage.kind in (BUILD, MEASURE):  # their work is in worker processes
+            if stage.kind in (BUILD, MEASURE, WAIT):  # work in worker processes, or none
                 value = stage.run(tool)
             else:  # TVM's Python-side compiler state (op tags, pass contexts) is not
                 with self._inprocess:  # thread-safe: one in-process stage at a time
@@ -320,24 +338,30 @@ class StageScheduler:
         with self._lock:
             self._release(stage, device)
             job._running -= 1
-            self.events.append(Event(job.name, stage.kind, resource, stage.size, start, end,
-                                     stage.task))
+            gone = isinstance(error, DeviceUnavailable) and device is not None
+            if gone:  # an infrastructure failure: the device is taken out, whoever asked
+                device.down = str(error)
+            nodes = tuple(sorted({b.node for b in value if b.node})) if (
+                stage.kind == BUILD and isinstance(value, list)) else ()
+            event = Event(job.name, stage.kind, resource, stage.size, start, end, stage.task,
+                          "" if error is None else type(error).__name__, nodes)
+            self.events.append(event)
             job.served_s += end - start
             if stage.kind == MEASURE and error is None:
                 job.trials += stage.size
             if self.on_event:
-                self.on_event("end", job, stage)
+                self.on_event("end", job, event)
             if job.state == "cancelled":
                 self._close(job)
                 return
             if job.state != "running":  # failed while another stage of its group ran
                 return
-            if isinstance(error, DeviceUnavailable) and device is not None:
-                # an infrastructure failure: the stage waits for another device, uncharged
-                device.down = str(error)
+            if gone:  # the stage waits for another device, uncharged
                 job._pending.append((index, stage))
-                if all(d.down for d in self.resources.devices):
-                    self._fail(job, error)
+                for other in self.jobs:  # a job no device left can time would wait forever
+                    if other.state == "running" and (other is job or other.target) and all(
+                            d.down or d.why_not(other.target) for d in self.resources.devices):
+                        self._fail(other, error)
                 return
             if error is not None:
                 self._fail(job, error)

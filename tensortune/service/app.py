@@ -22,7 +22,7 @@ from ..settings import Settings
 from .engine import JobNotFound, TuningService
 from .limits import BodyLimit
 from .metrics import registry_for
-from .schemas import Cluster, Health, JobCreated, JobView
+from .schemas import Cluster, Health, JobCreated, JobEvent, JobView
 from .upload import UploadError, UploadTooLarge, check_model
 
 MAX_TRIALS = 100_000
@@ -120,7 +120,7 @@ def create_app(settings: Settings, config: ServiceConfig) -> FastAPI:
                      hardware_free: Annotated[bool, Form()] = False) -> JobCreated:
         """Submit a model: ``201 {"id", "state"}``; ``state`` is ``done`` at once when an
         earlier tuned module of the same model already meets ``sla_ms``."""
-        target_dict = await run_in_threadpool(_target, target, hardware_free, svc.threads)
+        target_dict = await run_in_threadpool(_target, svc, target, hardware_free)
         data = await model.read(limit + 1)
         try:
             info = await run_in_threadpool(check_model, data, model.filename or "", limit)
@@ -141,6 +141,12 @@ def create_app(settings: Settings, config: ServiceConfig) -> FastAPI:
     def get_job(job_id: str, svc: Service) -> JobView:
         """A job: state, progress, per-task bests, latency, SLA, errors by kind, curve."""
         return svc.view(job_id)
+
+    @app.get("/v1/jobs/{job_id}/events", dependencies=auth, responses=errors)
+    def job_events(job_id: str, svc: Service) -> list[JobEvent]:
+        """The job's events, oldest first: where each build and measurement ran, the tasks
+        another job tuned for it (``shared``), the curve, the end."""
+        return svc.events(job_id)
 
     @app.delete("/v1/jobs/{job_id}", dependencies=auth, responses=errors)
     def cancel_job(job_id: str, svc: Service) -> JobView:
@@ -182,14 +188,17 @@ def create_app(settings: Settings, config: ServiceConfig) -> FastAPI:
     return app
 
 
-def _target(text: str, hardware_free: bool, threads: int) -> dict:
-    from ..workload import UntimeableTarget, check_timeable, parse_target
+def _target(svc: TuningService, text: str, hardware_free: bool) -> dict:
+    """The job's target, refused (422) when unknown or when no device of the service can
+    time it and the job is not hardware-free."""
+    from ..workload import parse_target
 
     try:
-        target = parse_target(text, threads)
-        if not hardware_free:
-            check_timeable(target, "submit it with hardware_free=true")
-    except ValueError as err:  # UntimeableTarget is one
-        raise HTTPException(422, f"target {text!r}: {err}" if isinstance(err, UntimeableTarget)
-                            else str(err)) from None
+        target = parse_target(text, svc.threads)
+    except ValueError as err:
+        raise HTTPException(422, str(err)) from None
+    refusal = svc.refusal(target)
+    if refusal and not hardware_free:
+        raise HTTPException(422, f"target {text!r}: {refusal}; submit it with "
+                                 "hardware_free=true")
     return target

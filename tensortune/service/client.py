@@ -66,6 +66,14 @@ class ServiceClient:
     def job(self, job_id: str) -> dict:
         return self._call("GET", f"/v1/jobs/{job_id}").json()
 
+    def cluster(self) -> dict:
+        """Where jobs run: nodes, devices (busy, taken out, busy fraction), the build CPU."""
+        return self._call("GET", "/v1/cluster").json()
+
+    def events(self, job_id: str) -> list[dict]:
+        """The job's events, oldest first (``{"t", "kind", "data"}``)."""
+        return self._call("GET", f"/v1/jobs/{job_id}/events").json()
+
     def cancel(self, job_id: str) -> dict:
         return self._call("DELETE", f"/v1/jobs/{job_id}").json()
 

@@ -15,10 +15,12 @@ import threading
 import time
 from pathlib import Path
 
-from ..orchestrate.devices import open_resources
+from ..measure.rpc_runner import DeviceUnavailable
+from ..orchestrate.devices import open_resources, why_none_serves
 from ..orchestrate.scheduler import Job, StageScheduler
 from ..settings import Settings
-from ..tuner.stages import MEASURE
+from ..tasks.claims import TaskClaims
+from ..tuner.stages import BUILD, MEASURE, WAIT
 from .index import RecordsIndex
 from .job import ARTIFACT, MODEL_FILE, JobPlan, job_stages
 from .store import LIVE, Store
@@ -49,6 +51,7 @@ class TuningService:
         self.devices, self.ray = devices, bool(ray or ray_address)
         self.threads = layout.threads(settings.measure.threads)
         self.scheduler = StageScheduler(self.resources, policy, on_event=self._on_event)
+        self.claims = TaskClaims()  # a task two running jobs share is tuned by one of them
         self.trials_total = 0  # measured since start, for ``/metrics``
         self._recent: collections.deque = collections.deque()  # (time, trials) of the last minute
         self._counting = threading.Lock()  # the scheduler's thread counts, HTTP threads read
@@ -138,6 +141,13 @@ class TuningService:
                             for e in self.store.events(job_id) if e["kind"] in ("curve", "timed")]
         return out
 
+    def events(self, job_id: str) -> list[dict]:
+        """The job's events, oldest first: accepted, each build and measurement (where it
+        ran), tasks left to another job (``shared``), the curve, the end."""
+        self.get(job_id)
+        return [{"t": e.pop("t"), "kind": e.pop("kind"), "data": e}
+                for e in self.store.events(job_id)]
+
     def list(self) -> list[dict]:
         return [self.view(j["id"], curve=False) for j in reversed(self.store.jobs())]
 
@@ -160,6 +170,10 @@ class TuningService:
         return {"devices_spec": self.devices, "ray": self.ray, "nodes": self.resources.nodes(),
                 **self.scheduler.snapshot()}
 
+    def refusal(self, target: dict) -> str:
+        """Why no device of the pool can time ``target``'s code ('' when one can)."""
+        return why_none_serves(self.resources.devices, target)
+
     def trials_per_second(self, window_s: float = 60.0) -> float:
         """Measurements per second over the last ``window_s`` (or since start, if shorter)."""
         now = time.time()
@@ -173,30 +187,51 @@ class TuningService:
     def _schedule(self, job: dict) -> None:
         accepted = self.store.events(job["id"], "accepted")
         info = accepted[0] if accepted else {}
+        target = info.get("target_dict") or {}
+        # a hardware-free job is timed at its end only where a device can run it
+        timeable = not self.refusal(target)
         plan = JobPlan(job["id"], self.jobs_dir / job["id"], info.get("inputs") or {},
                        job["sla_ms"], max(0, job["trials"] - job["trials_done"]),
-                       info.get("target_dict") or {}, job["hardware_free"])
+                       target, job["hardware_free"], timeable=timeable)
         settings = dataclasses.replace(
             self.settings, measure=dataclasses.replace(self.settings.measure,
                                                        threads=self.threads))
-        done = job["trials_done"]
-        self.scheduler.submit(Job(job["id"], lambda: job_stages(plan, settings, self.index,
-                                                                self.store, done)))
+        done, claimant = job["trials_done"], self.claims.for_owner(job["id"])
+        try:
+            self.scheduler.submit(Job(job["id"], lambda: job_stages(plan, settings, self.index,
+                                                                    self.store, done, claimant),
+                                      target=target if timeable else None))
+        except ValueError as err:  # resumed under a pool that can no longer time it
+            self.store.update_job(job["id"], state="failed", current="", error=str(err))
+            self.store.add_event(job["id"], "failed", {"error": str(err)})
 
     def _on_event(self, kind: str, job: Job, info) -> None:
         if kind == "start":
             if job.state == "cancelled":
                 return
             self.store.update_job(job.name, state="running", current=job.current)
-        elif kind == "end" and info.kind == MEASURE and info.task != "time model":
-            self.store.add_trials(job.name, info.size)
-            with self._counting:
-                self.trials_total += info.size
-                self._recent.append((time.time(), info.size))
+        elif kind == "end":
+            if info.kind in (BUILD, MEASURE, WAIT) or info.error:  # where its work ran
+                self.store.add_event(job.name, "stage", {
+                    "stage": info.kind, "resource": info.resource, "size": info.size,
+                    "task": info.task, "seconds": round(info.end - info.start, 3),
+                    **({"nodes": list(info.nodes)} if info.nodes else {}),
+                    **({"error": info.error} if info.error else {})})
+            if info.error == DeviceUnavailable.__name__:  # taken out; the stage waits, uncharged
+                why = next((d.down for d in self.resources.devices if d.name == info.resource), "")
+                self.store.add_event(job.name, "device_down", {"device": info.resource,
+                                                               "why": why[:500]})
+            if info.kind == MEASURE and info.task != "time model" and not info.error:
+                self.store.add_trials(job.name, info.size)
+                with self._counting:
+                    self.trials_total += info.size
+                    self._recent.append((time.time(), info.size))
         elif kind == "done":
+            self.claims.release(job.name)
             if self.store.job(job.name)["state"] != "cancelled":
                 self.store.update_job(job.name, state="done", current="")
             self.store.add_event(job.name, "done", {})
         elif kind == "failed":
+            self.claims.release(job.name)
             self.store.update_job(job.name, state="failed", current="", error=job.error[:2000])
             self.store.add_event(job.name, "failed", {"error": job.error[:2000]})

@@ -17,21 +17,25 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import statistics
 import tarfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..frontend.model import random_inputs
+from ..measure.model_timing import ModelTimer, save_inputs
 from ..session import task_label
 from ..settings import Settings
+from ..tasks.claims import SHARED, Claimant
 from ..tuner.stages import (BUILD_MODEL, EXTRACT, IMPORT, MEASURE, PACK, PREDICT, SYNC_RECORDS,
-                             Stage)
-from ..workload import untimeable_reason
+                             WAIT, Stage)
 from .index import RecordsIndex
 from .store import Store
 
 ARTIFACT = "artifact.tar.gz"
 MODEL_FILE = "model.onnx"
+TIMING = "timing"  # the module saved with its inputs for the device that times it
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,7 @@ class JobPlan:
     trials: int
     target: dict
     hardware_free: bool
+    timeable: bool = True  # a device of the service can run the target
     repeat: int = 30
 
 
@@ -74,6 +79,15 @@ class Progress:
                 self.errors[kind] = self.errors.get(kind, 0) + 1
             elif res.costs and res.cost < self.best.get(key, math.inf):
                 self.best[key], self.match[key] = res.cost, "tuned"
+
+    def took(self, shared: dict, known: dict) -> None:
+        """The tasks another job tuned for this one (``{task key: job id}``) and their
+        bests (``RecordsIndex.best_configs``)."""
+        for key, holder in shared.items():
+            if key in known:
+                self.best[key], self.match[key] = known[key].cost, f"job {holder}"
+        if shared:
+            self.save()
 
     def kernels_s(self) -> float | None:
         if any(k not in self.best for k in self.tasks):
@@ -112,8 +126,9 @@ class Progress:
 
 
 def job_stages(plan: JobPlan, settings: Settings, index: RecordsIndex, store: Store,
-               trials_done: int = 0):
-    """The job's stages; its outcome is written to ``store`` as it goes."""
+               trials_done: int = 0, claims: Claimant | None = None):
+    """The job's stages; its outcome is written to ``store`` as it goes. With ``claims`` a task
+    another running job tunes is not tuned again: the job waits for it before building."""
     from ..session import Session
 
     settings = dataclasses.replace(settings, target=plan.target)
@@ -139,10 +154,12 @@ def job_stages(plan: JobPlan, settings: Settings, index: RecordsIndex, store: St
     while remaining > 0 and tasks:
         result = yield from session.tune_stages(
             remaining, well_tuned=well_tuned, on_result=progress.on_result,
-            on_step=lambda prog, charged: progress.on_step(charged))
+            on_step=lambda prog, charged: progress.on_step(charged), claims=claims)
         remaining -= result.trials
+        shared = yield from _wait_for_shared(plan, store, tasks, result, claims)
         well_tuned = 1 << 30  # a second round tunes every task, however tuned before
         yield Stage(SYNC_RECORDS, lambda _: index.sync(), task="records")
+        progress.took(shared, index.best_configs([t.task for t in tasks if t.key in shared]))
         if sla is None or result.trials == 0:
             break
         predicted = progress.predicted_ms()
@@ -162,6 +179,20 @@ def job_stages(plan: JobPlan, settings: Settings, index: RecordsIndex, store: St
     return (yield from _finish(plan, session, store, latency, tuned=True))
 
 
+def _wait_for_shared(plan: JobPlan, store: Store, tasks, result, claims: Claimant | None):
+    """The tasks another job tuned instead of this one: said in the events, then waited for
+    (their results are in the shared records once that job lets go of them)."""
+    shared = {name: why.removeprefix(SHARED) for name, why in result.skipped.items()
+              if why.startswith(SHARED)}
+    if not shared or claims is None:
+        return {}
+    for name, holder in shared.items():
+        store.add_event(plan.id, "shared", {"task": name, "tuned_by": holder})
+    took = {t.key: shared[task_label(t)] for t in tasks if task_label(t) in shared}
+    yield Stage(WAIT, lambda _: claims.wait(list(took)), task=f"{len(took)} shared task(s)")
+    return took
+
+
 def _configs(index: RecordsIndex, tasks, progress: Progress) -> dict:
     """What the model is built with: each task's best known config; a task never measured
     (a small budget) is built with its template's first seed (``tasks.build_model``)."""
@@ -178,19 +209,33 @@ def _hardware_free(plan: JobPlan, session, store: Store):
                      note=f"hardware-free: {summary['compiled']} candidates compiled, none run")
     yield Stage(BUILD_MODEL, lambda _: session.build(), task="build model")
     latency = None
-    if not untimeable_reason(plan.target):  # a hardware-free job may be for another device
-        latency = yield Stage(MEASURE, lambda _: _time(session, plan.repeat), task="time model")
+    if plan.timeable:  # a hardware-free job may be for a device the service has not
+        yield Stage(BUILD_MODEL, lambda _: _for_timing(session, plan), task="save model")
+        latency = yield Stage(MEASURE, lambda runner: _time(runner, plan), task="time model")
     return (yield from _finish(plan, session, store, latency, tuned=True))
 
 
 def _build_and_time(plan: JobPlan, session, best: dict):
-    yield Stage(BUILD_MODEL, lambda _: session.build(best=best), task="build model")
-    # timed in this process while the scheduler holds the device (and, on ``local``, the CPU)
-    return (yield Stage(MEASURE, lambda _: _time(session, plan.repeat), task="time model"))
+    yield Stage(BUILD_MODEL, lambda _: _for_timing(session, plan, best), task="build model")
+    return (yield Stage(MEASURE, lambda runner: _time(runner, plan), task="time model"))
 
 
-def _time(session, repeat: int) -> float:
-    return float(session.evaluate(repeat=repeat, min_repeat_ms=100)["median"])
+def _for_timing(session, plan: JobPlan, best: dict | None = None) -> None:
+    """Build (with ``best``; None: the module built already) and save the module with its
+    inputs where the device's runner reads them (``measure.model_timing``)."""
+    if best is None:
+        compiled = session.require_compiled("time the model")
+    else:
+        compiled = session.build(best=best)
+    compiled.save(plan.dir / TIMING)
+    save_inputs(plan.dir / TIMING, random_inputs(compiled.inputs, seed=0))
+
+
+def _time(runner: ModelTimer, plan: JobPlan) -> float:
+    """The model's median latency in ms, timed by the device the scheduler gave the stage
+    (not in this process: a remote device times it where it is)."""
+    costs = runner.time_model(str(plan.dir / TIMING), plan.repeat, min_repeat_ms=100)
+    return statistics.median(costs) * 1e3
 
 
 def _finish(plan: JobPlan, session, store: Store, latency_ms: float | None, tuned: bool):

@@ -19,7 +19,7 @@ class TaskView(BaseModel):
     trials: int
     best_us: float | None
     # where the best came from: tuned (this job), exact or family (the records index),
-    # template seed (never measured), or none
+    # job <id> (tuned by another job at the same time), template seed (never measured), or none
     source: str | None = None
 
 
@@ -27,6 +27,14 @@ class CurvePoint(BaseModel):
     trials: int
     predicted_ms: float | None = None  # the kernels' best times plus what lies between
     latency_ms: float | None = None  # the whole model, timed
+
+
+class JobEvent(BaseModel):
+    t: float  # seconds since the epoch
+    # accepted, stage (a build or measurement: data names its resource), shared (a task
+    # another job tuned), curve, timed, resumed, shortcut, done, failed
+    kind: str
+    data: dict
 
 
 class JobView(BaseModel):

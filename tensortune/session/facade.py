@@ -179,9 +179,10 @@ class Session:
     def tune_stages(self, trials: int, scheduler: str = "gradient", tuner: str = "xgb",
                     features: str = "knob", well_tuned: int | None = None,
                     on_step: Callable | None = None, on_result: Callable | None = None,
-                    cost_model: str = "fresh"):
+                    cost_model: str = "fresh", claims=None):
         """``tune`` as stage requests (``tuner.stages``) for the multi-job scheduler
-        (``tensortune.orchestrate``): the builder and the runner are the scheduler's."""
+        (``tensortune.orchestrate``): the builder and the runner are the scheduler's.
+        ``claims``: the job's ``tasks.claims.Claimant``, where jobs share tasks."""
         tasks = yield Stage(EXTRACT, lambda _: [t for t in self.extract() if t.tunable],
                             task="extract")
         if not tasks:
@@ -192,7 +193,7 @@ class Session:
         schedule = yield from tune_measured(tasks, self.settings, self.run_dir / "log.jsonl",
                                             self.records_path, trials, scheduler, tuner,
                                             features, well_tuned, on_step, on_result,
-                                            cost_model)
+                                            cost_model, claims)
         self.stages["tune"] = self.stages.get("tune", 0.0) + time.perf_counter() - start
         # the hardware-free picks of an earlier call stay: the build prefers them, as before
         self.tuned = dataclasses.replace(self.tuned, schedule=schedule)

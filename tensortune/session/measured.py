@@ -17,9 +17,10 @@ def tune_measured(tasks: list, settings: Settings, run_log: Path, records_path: 
                   trials: int, scheduler: str = "gradient", tuner: str = "xgb",
                   features: str = "knob", well_tuned: int | None = None,
                   on_step: Callable | None = None, on_result: Callable | None = None,
-                  cost_model: str = "fresh"):
+                  cost_model: str = "fresh", claims=None):
     """Spend ``trials`` across ``tasks`` (tunable, non-empty; ``Session.tune`` says how), warm
-    from ``records_path``; a generator of stages that returns the ``ScheduleResult``."""
+    from ``records_path``; a generator of stages that returns the ``ScheduleResult``.
+    ``claims``: a job's ``tasks.claims.Claimant`` (tasks other jobs tune are left to them)."""
     history = {}
     if records_path.exists():
         history = history_by_task(load_records(records_path), [t.task for t in tasks])
@@ -35,7 +36,7 @@ def tune_measured(tasks: list, settings: Settings, run_log: Path, records_path: 
             [(task_label(t), t.task, t.weight) for t in tasks], None, None, settings,
             lambda task: _loop(task, settings, tuner, features, cost_model),
             history=history, callbacks=callbacks, strategy=scheduler, well_tuned=well_tuned,
-            seed=settings.seed)
+            seed=settings.seed, claims=claims)
         return (yield from sched.stages(trials, on_step))
     finally:
         log.close()

@@ -14,10 +14,9 @@ import numpy as np
 from ..frontend import TensorInfo
 from ..frontend.model import random_inputs
 from ..measure import use_threads
-
-LIBRARY = "model.so"
-METADATA = "model.json"
-WEIGHTS = "weights.npz"  # the lifted constants (``tasks.weights``), by parameter name
+# a saved model's files (WEIGHTS: the lifted constants, ``tasks.weights``, by parameter name),
+# which the device runners read too
+from ..measure.model_timing import LIBRARY, METADATA, WEIGHTS
 
 
 @dataclasses.dataclass(frozen=True)

@@ -5,6 +5,8 @@ scheduler: after one warm-up batch each, it spends the next batch where the weig
 ``sum_i weight_i * best_latency_i`` is expected to fall fastest, estimating each task's rate from
 its recent improvement (backward) and an optimistic ``best / trials`` term (forward). Tasks that
 stop improving for ``early_stop_trials`` trials, or whose space is exhausted, drop out.
+With ``claims`` (``tasks.claims``, a service's jobs) a task another running job tunes is left
+to it (``skipped``: "tuned by job ...").
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from ..space import Config, task_space
 from ..tuner.evaluator import BuildLimit, Evaluator
 from ..tuner.loop import TuneLoop, TuneResult, result_of
 from ..tuner.stages import StageGen, drive, pipeline
+from .claims import SHARED, Claimant
 
 SCHEDULERS = ("gradient", "round-robin")
 
@@ -64,11 +67,13 @@ class TaskScheduler:
                  settings: Settings, make_loop: Callable[[object], TuneLoop],
                  history: dict[str, list[tuple[Config, MeasureResult]]] | None = None,
                  callbacks: Sequence[Callable[[MeasureInput, MeasureResult], None]] = (),
-                 strategy: str = "gradient", well_tuned: int = 0, seed: int = 0):
+                 strategy: str = "gradient", well_tuned: int = 0, seed: int = 0,
+                 claims: Claimant | None = None):
         if strategy not in SCHEDULERS:
             raise ValueError(f"unknown task scheduler {strategy!r}; choose one of {', '.join(SCHEDULERS)}")
         self.strategy = strategy
         self.settings = settings
+        self.claims = claims
         self.builder, self.runner = builder, runner
         self.rng = np.random.default_rng(seed)
         self.progress: list[TaskProgress] = []
@@ -92,6 +97,18 @@ class TaskScheduler:
                ) -> StageGen:
         """``run`` as stage requests (``tuner.stages``); returns the ``ScheduleResult``.
         ``on_step(task, trials)`` follows every batch; returning True ends the schedule."""
+        if self.claims is None:
+            return (yield from self._stages(trials, on_step))
+        for prog in self.progress:
+            holder = "" if prog.done else self.claims.claim(prog.evaluator.task.key)
+            if holder:
+                prog.done, prog.skipped = True, SHARED + holder
+        try:
+            return (yield from self._stages(trials, on_step))
+        finally:  # done, failed or cancelled (the generator closed): the tasks are free
+            self.claims.release([p.evaluator.task.key for p in self.progress])
+
+    def _stages(self, trials: int, on_step) -> StageGen:
         start = time.perf_counter()
         spent, order = 0, []
         batch = self.settings.search.batch_size
@@ -135,14 +152,15 @@ class TaskScheduler:
             {p.name: p.skipped for p in self.progress if p.skipped}, spent,
             time.perf_counter() - start, order)
 
-    @staticmethod
-    def _after(prog: TaskProgress, charged: int, order: list[str], on_step) -> bool:
+    def _after(self, prog: TaskProgress, charged: int, order: list[str], on_step) -> bool:
         """Bookkeeping after one of ``prog``'s batches; True when ``on_step`` ends the schedule
         (the caller has what it needs: a service's latency target is met)."""
         prog.bests.append(prog.best)
         order.append(prog.name)
         if prog.loop.exhausted or prog.loop.stalled(prog.evaluator):
             prog.done = True
+            if self.claims is not None:  # its result is in the records: a waiting job may go
+                self.claims.release([prog.evaluator.task.key])
         return bool(on_step and on_step(prog, charged))
 
     def _pick(self, live: list[TaskProgress]) -> TaskProgress:

@@ -21,8 +21,10 @@ PROPOSE, BUILD, MEASURE, UPDATE = "propose", "build", "measure", "update"
 # stored events of earlier versions named them all "propose", which stays a valid kind
 IMPORT, EXTRACT, SYNC_RECORDS, PREDICT = "import", "extract", "sync-records", "predict"
 BUILD_MODEL, PACK = "build-model", "pack"
+# waiting for another job (its tasks' results): holds no resource
+WAIT = "wait"
 KINDS = (PROPOSE, BUILD, MEASURE, UPDATE, IMPORT, EXTRACT, SYNC_RECORDS, PREDICT, BUILD_MODEL,
-         PACK)
+         PACK, WAIT)
 
 
 @dataclass(frozen=True)

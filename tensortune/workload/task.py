@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -117,6 +118,33 @@ def missing_host_features(target: dict, cpuinfo: str | None = None) -> list[str]
     tgt = tvm.target.Target({"kind": "llvm", "mcpu": target["mcpu"]})
     return [name for name, flag in _ISA.items()
             if flag not in flags and codegen.target_has_features(name, tgt)]
+
+
+@functools.lru_cache(maxsize=64)
+def _mcpu_features(mcpu: str) -> frozenset[str]:
+    """The ISA extensions (``_ISA``'s LLVM names) LLVM's ``mcpu`` compiles for."""
+    import tvm
+    from tvm.target import codegen
+
+    tgt = tvm.target.Target({"kind": "llvm", "mcpu": mcpu})
+    return frozenset(name for name in _ISA if codegen.target_has_features(name, tgt))
+
+
+def device_reason(target: dict, device: dict | None) -> str:
+    """Why a device whose CPU is the target ``device`` cannot run code compiled for ``target``
+    ('' when it can); ``device=None`` is this host (``untimeable_reason``). A device runs a
+    target of its own kind whose ISA extensions it has all of."""
+    if device is None:
+        return untimeable_reason(target)
+    if target.get("kind") != device.get("kind"):
+        return f"it runs {device.get('kind')} code, not {target.get('kind')}"
+    if target.get("kind") != "llvm" or not target.get("mcpu"):
+        return ""
+    missing = sorted(_mcpu_features(target["mcpu"]) - _mcpu_features(device.get("mcpu") or
+                                                                      "x86-64"))
+    if missing:
+        return f"its CPU ({device.get('mcpu')}) lacks {', '.join(missing)}"
+    return ""
 
 
 class UntimeableTarget(ValueError):

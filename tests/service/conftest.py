@@ -25,8 +25,9 @@ def free_port() -> int:
 class Server:
     """One ``tensortune serve`` process over ``home``; ``kill9`` and ``start`` again resume."""
 
-    def __init__(self, home: Path, max_upload_mb: float = 2.0):
+    def __init__(self, home: Path, max_upload_mb: float = 2.0, args: tuple[str, ...] = ()):
         self.home = home
+        self.args = tuple(args)  # more ``serve`` options (``--devices``)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.token_file = home / "tokens"
@@ -40,7 +41,8 @@ class Server:
         env = dict(os.environ, TENSORTUNE_HOME=str(self.home), TENSORTUNE_MIN_REPEAT_MS="5",
                    TENSORTUNE_REPEAT="2")
         cmd = [sys.executable, "-m", "tensortune", "serve", "--port", str(self.port),
-               "--token-file", str(self.token_file), "--max-upload-mb", str(self.max_upload_mb)]
+               "--token-file", str(self.token_file), "--max-upload-mb", str(self.max_upload_mb),
+               *self.args]
         self.proc = subprocess.Popen(cmd, env=env, stdout=open(self.log, "ab"),
                                      stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + timeout
