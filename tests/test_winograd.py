@@ -28,10 +28,11 @@ def test_winograd_matrices_compute_a_3x3_correlation(tile):
                                atol=1e-5)
 
 
-def test_tile_choice_keeps_the_gemms_tall():
-    assert choose_tile(56, 56) == 4 and choose_tile(14, 14) == 4
-    assert choose_tile(7, 7) == 2  # 4x4 tiles would leave GEMMs of 4 rows
-    assert choose_tile(3, 3) == 2
+def test_tile_choice_keeps_the_gemms_tall_and_the_weights_reused():
+    assert choose_tile(56, 56) == 4 and choose_tile(28, 28) == 4
+    assert choose_tile(14, 14) == 2  # 4x4 tiles would leave 16 uses of each weight
+    assert choose_tile(7, 7) is None and choose_tile(3, 3) is None  # direct
+    assert choose_tile(7, 7, batch=4) == 2  # the batch's tiles share the weights
 
 
 class Convs(torch.nn.Module):
@@ -69,9 +70,10 @@ def test_only_eligible_convolutions_become_winograd_and_the_model_still_matches(
     target = default_target(2)
     tasks = extract_tasks(model, target)
     names = [t.name for t in tasks]
-    assert sum("winograd_input" in n for n in names) == 2, names
-    assert sum("winograd_output" in n for n in names) == 2
-    assert sum(n.startswith("fused_conv2d") or n.startswith("conv2d") for n in names) == 4
+    # the 13x13 one; the 7x7 one has too few tiles to reuse its weights and stays direct
+    assert sum("winograd_input" in n for n in names) == 1, names
+    assert sum("winograd_output" in n for n in names) == 1
+    assert sum(n.startswith("fused_conv2d") or n.startswith("conv2d") for n in names) == 5
     # the residual add and the relu run in the output transform, not on their own
     assert any("winograd_output" in n and "add" in n and "relu" in n for n in names)
     assert all(t.tunable for t in tasks if "winograd" in t.name or "matmul" in t.name)

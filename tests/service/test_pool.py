@@ -101,7 +101,7 @@ def test_a_target_no_device_of_the_pool_runs_is_refused(pool, onnx_models, tmp_p
 def test_a_device_that_dies_mid_run_is_taken_out_and_the_jobs_finish(pool, onnx_models):
     server, rpc = pool
     with ServiceClient(server.url, TOKEN) as c:
-        jobs = [c.submit(onnx_models[name], trials=40) for name in ("wide72", "small24")]
+        jobs = [c.submit(onnx_models[name], trials=24) for name in ("wide72", "small24")]
         deadline = time.monotonic() + 300
         while not any(_stages(c, j["id"], "measure") for j in jobs):
             assert time.monotonic() < deadline, "no measurement started"
