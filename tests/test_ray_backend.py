@@ -15,7 +15,7 @@ from tensortune.orchestrate import JobSpec, Resources, StageScheduler, make_job
 from tensortune.orchestrate.devices import DeviceSpec, Layout
 from tensortune.orchestrate import ray_backend
 from tensortune.orchestrate.ray_backend import (RayBuilder, RayDeviceRunner, RayResources,
-                                                _remote, _split, resource_name)
+                                                _remote, _split, driver_ip, resource_name)
 from tensortune.settings import MeasureSettings, Settings
 from tensortune.space import Config, task_seeds, task_space
 from tensortune.workload import Matmul, Task, default_target
@@ -182,6 +182,17 @@ def test_a_device_no_node_declares_is_refused_by_name(cluster):
     with pytest.raises(ValueError, match="offers 0 of resource 'device:rpc:nobody@127.0.0.1:1'"):
         RayResources(layout("rpc:127.0.0.1:1:nobody"), SETTINGS)
     assert ray.is_initialized()
+
+
+def test_a_driver_joining_through_loopback_claims_the_heads_address():
+    """On one machine with several raylets, the claimed address picks the head's raylet (the
+    driver and the actors it owns die with the node it attaches to); elsewhere Ray decides."""
+    assert driver_ip("127.0.0.2:6379") == "127.0.0.2"
+    # Ray puts the machine's address in place of these: a driver bound to loopback would be
+    # out of reach of the cluster's other machines
+    for address in ("127.0.0.1:6379", "localhost:6379", "[::1]:6379", "10.0.0.5:6379",
+                    "head.example:6379", "auto", "ray://127.0.0.2:10001"):
+        assert driver_ip(address) is None, address
 
 
 def test_batches_split_in_order():

@@ -175,7 +175,7 @@ class Resources:
     def nodes(self) -> list[dict]:
         """The machines builds run on: this one."""
         return [{"name": socket.gethostname(), "address": "local", "cpus": self.cpu_capacity,
-                 "alive": True}]
+                 "alive": True, "driver": True}]
 
     def close(self) -> None:
         self.builder.close()

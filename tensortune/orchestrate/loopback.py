@@ -1,11 +1,19 @@
 """A fleet on one machine: TVM RPC servers behind a tracker, and a Ray cluster of a head and
-more nodes started with ``ray start``, all on 127.0.0.1. What the tests and
+more nodes started with ``ray start``, all on loopback. What the tests and
 ``benchmarks/bench_cluster.py`` stand for many machines with; also a way to try
 ``serve --ray-address`` before a real cluster.
 
 Each Ray node declares one device's resource (``ray_backend.resource_name``), so that device's
 actor lives on it; every node but the head is kept as its ``ray start --block`` process, so
 one node can be stopped alone (``stop_node``), as a machine leaving the cluster would.
+
+Node ``i`` (the head is 0) listens on 127.0.0.``i+2`` (Linux answers on all of 127/8; Ray
+would put the machine's address in place of 127.0.0.1, for every node alike). Were the nodes
+on one address, a driver joining the cluster would attach to whichever node Ray found first
+at it, and when that node left, the actors the driver owns would die with it, the head's
+included. A driver must still claim the head's address (``ray_backend.driver_ip`` does, for
+``RayResources``; a script of your own: ``ray.init(address, _node_ip_address=HEAD)``): left to
+guess, Ray takes the address the last node to start recorded for the machine.
 """
 from __future__ import annotations
 
@@ -67,21 +75,28 @@ class RPCPool:
 
 class RayNodes:
     """A Ray head and more nodes on loopback, one CPU each, node ``i`` declaring the device
-    ``devices[i]`` (a ``--devices`` entry). ``address`` is what ``--ray-address`` takes."""
+    ``devices[i]`` (a ``--devices`` entry) on address ``ips[i]``. ``address`` (the head's) is
+    what ``--ray-address`` takes."""
 
     def __init__(self, devices: list[str], port: int, cpus: int = 1, timeout_s: float = 180):
         self.ray = str(Path(sys.executable).with_name("ray"))
         self.env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0")
         self.env.pop("RAY_ADDRESS", None)
-        self.address = f"127.0.0.1:{port}"
-        common = [f"--num-cpus={cpus}", "--node-ip-address=127.0.0.1", "--disable-usage-stats"]
+        if len(devices) > 253:
+            raise ValueError("a loopback cluster has at most 253 nodes (127.0.0.2 to .254)")
+        self.ips = [f"127.0.0.{i + 2}" for i in range(len(devices))]  # the head's first
+        self.address = f"{self.ips[0]}:{port}"
+        common = [f"--num-cpus={cpus}", "--disable-usage-stats"]
         subprocess.run([self.ray, "start", "--head", f"--port={port}",
-                        "--include-dashboard=false", _resources(devices[0]), *common],
+                        f"--node-ip-address={self.ips[0]}", "--include-dashboard=false",
+                        _resources(devices[0]), *common],
                        env=self.env, check=True, capture_output=True, timeout=timeout_s)
         self.nodes = [subprocess.Popen([self.ray, "start", f"--address={self.address}",
-                                        "--block", _resources(d), *common], env=self.env,
+                                        "--block", f"--node-ip-address={ip}", _resources(d),
+                                        *common], env=self.env,
                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                       start_new_session=True) for d in devices[1:]]
+                                       start_new_session=True)
+                      for ip, d in zip(self.ips[1:], devices[1:])]
         self.wait_nodes(len(devices), timeout_s)
 
     def wait_nodes(self, count: int, timeout_s: float = 120) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
+import ipaddress
 import os
 import shutil
 import tempfile
@@ -42,9 +43,30 @@ def resource_name(device: str) -> str:
     return f"device:{device}"
 
 
+def driver_ip(address: str) -> str | None:
+    """The node address a driver joining ``address`` claims, which picks the raylet it attaches
+    to: the address's own host when that is a loopback IP that Ray takes as given (any of
+    127/8 but 127.0.0.1, which Ray, like ``localhost`` and ``::1``, replaces with the machine's
+    address), else None: Ray's guess.
+
+    A driver lives and dies with the node it attaches to, and so do the actors it owns (every
+    device actor): were it attached to a node that then leaves, the actors on all the others
+    would die too. Ray attaches it to the first live node at the address it claims, guessed
+    from what the last node started on this machine recorded; on one machine with several
+    nodes (``loopback.RayNodes``: the head on 127.0.0.2, the others on 127.0.0.3, ...) that is
+    not the head, so the driver claims the head's address itself."""
+    host = address.rsplit(":", 1)[0].strip("[]") if "://" not in address else ""
+    if host in ("127.0.0.1", "::1", "localhost"):
+        return None
+    try:
+        return host if ipaddress.ip_address(host).is_loopback else None
+    except ValueError:  # a host name, "auto", a ray:// client address: Ray decides
+        return None
+
+
 def node_label(node: dict) -> str:
     """A Ray node (an entry of ``ray.nodes()``) as events name it: its name (an address, by
-    default) and the start of its id, since nodes on one machine share the address."""
+    default) and the start of its id, since nodes on one machine may share the address."""
     name = node.get("NodeName") or node.get("NodeManagerAddress") or "?"
     return f"{name}/{node.get('NodeID', '')[:8]}"
 
@@ -262,7 +284,7 @@ class RayResources:
                 r.init(num_cpus=max(1, len(layout.cpus)), resources={n: 1 for n in names},
                        include_dashboard=False)
             else:
-                r.init(address=address)
+                r.init(address=address, _node_ip_address=driver_ip(address))
         try:
             have = r.cluster_resources()
             for n in names:
@@ -292,9 +314,12 @@ class RayResources:
                                        exclusive_cpu=spec.kind == "local", spec=spec))
 
     def nodes(self) -> list[dict]:
-        """The Ray cluster's nodes: where build tasks may run."""
+        """The Ray cluster's nodes: where build tasks may run; ``driver`` marks the one this
+        process is attached to (its actors die if that node leaves)."""
+        mine = ray.get_runtime_context().get_node_id()
         return [{"name": node_label(n), "address": n.get("NodeManagerAddress", "?"),
-                 "cpus": int(n.get("Resources", {}).get("CPU", 0)), "alive": bool(n.get("Alive"))}
+                 "cpus": int(n.get("Resources", {}).get("CPU", 0)), "alive": bool(n.get("Alive")),
+                 "driver": n.get("NodeID") == mine}
                 for n in ray.nodes()]
 
     def private_tools(self) -> tuple:

@@ -75,6 +75,7 @@ class NodeView(BaseModel):
     address: str
     cpus: int
     alive: bool
+    driver: bool = False  # the node the service itself is attached to (its Ray driver)
 
 
 class DeviceView(BaseModel):
