@@ -56,9 +56,11 @@ class Session:
         # tasks, records and the saved module all depend on them
         self.graph = GraphOptions.of(spec.get("graph"))
         self.target = self.settings.target or default_target(self.settings.measure.threads)
-        if self.target.get("kind") == "cuda" and self.graph.expand_depthwise:
-            # its template is the CPU's; on a GPU the two convolutions stay apart
-            self.graph = dataclasses.replace(self.graph, expand_depthwise=False)
+        if self.target.get("kind") == "cuda":
+            # their templates are the CPU's; on a GPU the two convolutions stay apart and a
+            # grouped convolution keeps TOPI's form
+            self.graph = dataclasses.replace(self.graph, expand_depthwise=False,
+                                             grouped_conv=False)
         spec["graph"] = self.graph.to_json()
         name = spec.get("name", "model")
         self.run_id = time.strftime("%Y%m%d-%H%M%S-") + f"{name}-{secrets.token_hex(3)}"

@@ -17,6 +17,7 @@ class TemplateMismatch(InvalidConfigError):
 RAGGED = ((16, 32, 8), (8, 16, 4))
 PAD_WASTE = 16  # an output axis at most 1 / PAD_WASTE short of a vector multiple is padded
 AXIS_NAMES = "tensortune.axis_names"  # a block's iterators' names from before it was reshaped
+VECTOR_AXIS = "tensortune.vector_axis"  # a block's own choice of vector axis (its short name)
 PAD_COPY_MAX = 1 << 18  # elements: a 128 x 255 weight is copied padded, a 768 x 50257 one not
 
 
@@ -30,6 +31,9 @@ class MainBlockInfo:
     # parameters marked ``layout_free_buffers`` (constant weights of a model): a copy of one
     # into another layout can be made once, at compile time
     layout_free: frozenset = frozenset()
+    # the spatial axis a block asks to be vectorized (``VECTOR_AXIS``), or None: the seeds'
+    # default, the output's innermost axis
+    vector_axis: str | None = None
 
 
 def is_tiled(sch) -> bool:
@@ -203,8 +207,10 @@ def analyze(sch) -> MainBlockInfo:
         dims = tuple(frozenset(rename.get(v.name, v.name) for v in undefined_vars(r.min))
                      for r in region.region)
         reads.append((buf.name, dims, buf.name in params))
+    hint = block.annotations.get(VECTOR_AXIS)
     return MainBlockInfo(block.name_hint, tuple(spatial), tuple(reduce), tuple(reads),
-                         layout_free_params(func))
+                         layout_free_params(func),
+                         next((n for n, _ in spatial if short_name(n) == str(hint)), None))
 
 
 def layout_free_params(func) -> frozenset:

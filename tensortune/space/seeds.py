@@ -57,6 +57,9 @@ def cpu_seeds(space: ConfigSpace, prim_func, lanes: int = 8, threads: int = 2,
     movable = [n for n, e in spatial if e > 1]
     if not movable:
         return []
+    hint = short_name(info.vector_axis) if info.vector_axis else None
+    if hint in movable:  # a block that names its vector axis (``tasks.grouped``)
+        movable = [n for n in movable if n != hint] + [hint]
     vec = movable[-1]  # the output's innermost axis: contiguous in memory
     rows = movable[-2] if len(movable) > 1 else None
     rows2 = movable[-3] if len(movable) > 2 else None  # image rows, when ``rows`` is columns

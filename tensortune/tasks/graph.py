@@ -19,7 +19,9 @@ class GraphOptions:
     Winograd F(m, 3) (``tasks.winograd``; NHWC only); ``fast_math``: GELU, softmax, exp, erf
     and tanh as vectorizable polynomials (``tasks.fastmath``); ``expand_depthwise``: a 1x1
     convolution and the 3x3 depthwise convolution after it as one function where the expanded
-    tensor is at least ``expand_depthwise_kib`` (``tasks.expand_depthwise``; NHWC only)."""
+    tensor is at least ``expand_depthwise_kib`` (``tasks.expand_depthwise``; NHWC only);
+    ``grouped_conv``: grouped convolutions with few channels per group vectorized along the
+    image row (``tasks.grouped``; NHWC only)."""
 
     layout: str = DEFAULT_LAYOUT
     winograd: bool = True
@@ -27,6 +29,7 @@ class GraphOptions:
     fast_math: bool = True
     expand_depthwise: bool = True
     expand_depthwise_kib: int = 1024
+    grouped_conv: bool = True
 
     def __post_init__(self):
         object.__setattr__(self, "layout", check_layout(self.layout))
@@ -51,8 +54,8 @@ class GraphOptions:
             if unknown:
                 raise ValueError(f"unknown graph option(s) {sorted(unknown)}; known: "
                                  f"{', '.join(sorted(known))}")
-            # a run saved before the fusion existed was tuned and built without it
-            value = {"expand_depthwise": False, **value}
+            # a run saved before a rewrite existed was tuned and built without it
+            value = {"expand_depthwise": False, "grouped_conv": False, **value}
             return GraphOptions(**value)
         raise TypeError(f"graph options must be GraphOptions, str or dict, not "
                         f"{type(value).__name__}")
@@ -70,6 +73,10 @@ class GraphOptions:
             from .expand_depthwise import REWRITE as NAME, expand_depthwise_pass
 
             mod = guarded(NAME, expand_depthwise_pass(self.expand_depthwise_kib * 1024), mod)
+        if self.grouped_conv and self.layout == "nhwc":
+            from .grouped import REWRITE as NAME, grouped_conv_pass
+
+            mod = guarded(NAME, grouped_conv_pass(), mod)
         if self.fast_math:
             from .fastmath import fast_math_pass
 

@@ -1,0 +1,108 @@
+"""Grouped convolutions with few channels per group: the rewrite, its seeds, and the models."""
+import numpy as np
+import pytest
+import torch
+
+from tensortune.frontend import from_torch
+from tensortune.space import apply_config, task_seeds, task_space
+from tensortune.space.analysis import analyze
+from tensortune.tasks import build_model, extract_tasks
+from tensortune.tasks.graph import GraphOptions
+from tensortune.workload import default_target
+
+
+class Grouped(torch.nn.Module):
+    """Irregular shapes: a 3-channel stem, groups of 4 on 45x45 (24 channels; computed 48 wide
+    and cropped), a stride-2 grouped convolution with 4 inputs and 8 outputs per group to a
+    23-wide row (not padded: 32 would be too many), groups of 16 outputs (left alone: the
+    channel axis vectorizes), a depthwise convolution (not grouped in this sense), and grouped
+    rows too short to vectorize along (12 wide)."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, 24, 3, padding=1)
+        self.g4 = torch.nn.Conv2d(24, 24, 3, padding=1, groups=6)
+        self.bn = torch.nn.BatchNorm2d(24)
+        self.g_stride = torch.nn.Conv2d(24, 48, 3, stride=2, padding=1, groups=6)
+        self.g16 = torch.nn.Conv2d(48, 48, 3, padding=1, groups=3)
+        self.dw = torch.nn.Conv2d(48, 48, 3, padding=1, groups=48)
+        self.short = torch.nn.Conv2d(48, 48, 3, stride=2, padding=1, groups=12)
+
+    def forward(self, x):
+        x = torch.relu(self.stem(x))
+        x = torch.relu(self.bn(self.g4(x))) + x
+        x = torch.nn.functional.silu(self.g_stride(x))
+        x = self.dw(torch.relu(self.g16(x)))
+        return self.short(x)
+
+
+@pytest.fixture(scope="module")
+def grouped():
+    torch.manual_seed(0)
+    module = Grouped().eval()
+    module.bn.running_mean.uniform_(-0.5, 0.5)
+    module.bn.running_var.uniform_(0.5, 2.0)
+    x = torch.randn(1, 3, 45, 45)
+    with torch.no_grad():
+        expected = module(x).numpy()
+    return from_torch(module, (x,)), x.numpy(), expected
+
+
+def _conv_tasks(tasks):
+    return [t for t in tasks if "group_conv" in t.name]
+
+
+def test_narrow_groups_are_rewritten_and_the_model_matches(grouped):
+    model, x, expected = grouped
+    target = default_target(2)
+    tasks = extract_tasks(model, target)
+    convs = _conv_tasks(tasks)
+    # groups of 4 and of 8 outputs on rows of 45 and 23; not the groups of 16, the depthwise
+    # convolution or the 12-wide row
+    assert len(convs) == 2, [t.name for t in tasks]
+    assert len([t for t in tasks if "group_pack" in t.name]) == 2
+    assert all(t.tunable for t in tasks), [(t.name, t.reason) for t in tasks if not t.tunable]
+    # the bias, batch norm and activation still fuse into the convolution (and its crop)
+    assert all("add" in t.name for t in convs), [t.name for t in convs]
+    scripts = [t.task.workload.prim_func().script() for t in convs]
+    assert sum("tt_group_crop" in s for s in scripts) == 1
+    best = {}
+    for t in convs:
+        seeds = task_seeds(t.task)
+        assert seeds and all(s["vector_axis"] == "ox" for s in seeds), t.name
+        best[t.key] = seeds[0]
+    compiled = build_model(model, target, best)
+    assert {n for t in convs for n in t.functions} <= set(compiled.tuned)
+    np.testing.assert_allclose(compiled.run(x)[0], expected, rtol=1e-4, atol=1e-4)
+
+
+def test_seeds_of_the_strided_convolution_compute_it(grouped):
+    """Seeds with other tiles and packings are valid schedules of the packed form, and the
+    model built with them matches."""
+    import tvm
+
+    model, x, expected = grouped
+    target = default_target(2)
+    tasks = extract_tasks(model, target)
+    strided = next(t for t in _conv_tasks(tasks) if "exp" in t.name)
+    info = analyze(tvm.s_tir.Schedule(strided.task.workload.prim_func()))
+    assert info.vector_axis == "v_ox"
+    space = task_space(strided.task)
+    seeds = task_seeds(strided.task, space)
+    assert len({(s["tile_ox"], s["tile_co"]) for s in seeds}) > 1
+    for config in seeds[1:3]:
+        apply_config(strided.task, config, space)
+        compiled = build_model(model, target, {strided.key: config})
+        np.testing.assert_allclose(compiled.run(x)[0], expected, rtol=1e-4, atol=1e-4)
+
+
+def test_turned_off_the_model_keeps_topi_grouped_convolutions(grouped):
+    model, x, expected = grouped
+    target = default_target(2)
+    off = GraphOptions(grouped_conv=False)
+    tasks = extract_tasks(model, target, graph=off)
+    assert not _conv_tasks(tasks)
+    # a run saved before the rewrite existed is rebuilt without it
+    assert GraphOptions.of({"layout": "nhwc"}).grouped_conv is False
+    compiled = build_model(model, target, {}, graph=off)
+    np.testing.assert_allclose(compiled.run(x)[0], expected, rtol=1e-4, atol=1e-4)
