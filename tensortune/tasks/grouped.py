@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from ..errors import strict
 from ..space.analysis import VECTOR_AXIS
-from .winograd import describe_conv, warn_skipped
+from .winograd import rewrite_functions
 
 REWRITE = "grouped convolution"
 CONV, PACK, CROP = "tt_group_conv", "tt_group_pack", "tt_group_crop"
@@ -140,14 +140,6 @@ def grouped_conv_pass():
     @tvm.transform.module_pass(opt_level=0, name="TensortuneGroupedConv")
     def apply(mod, _ctx):
         failed: list = []
-        rewriter = Rewriter(mod, failed)
-        for gv, func in list(mod.functions.items()):
-            if isinstance(func, relax.Function):
-                rewriter.builder_.update_func(gv, rewriter.visit_expr(func))
-        out = rewriter.builder_.get()
-        if failed:
-            warn_skipped(REWRITE, [describe_conv(c) for c, _ in failed], failed[0][1])
-            out = relax.transform.DeadCodeElimination()(out)
-        return out
+        return rewrite_functions(mod, Rewriter(mod, failed), failed, REWRITE)
 
     return apply

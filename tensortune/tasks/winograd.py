@@ -185,18 +185,25 @@ def winograd_pass(tile: int | None = None, min_channels: int = 32):
     @tvm.transform.module_pass(opt_level=0, name="TensortuneWinograd")
     def apply(mod, _ctx):
         failed: list = []
-        rewriter = Rewriter(mod, failed)  # its builder collects the new PrimFuncs beside
-        for gv, func in list(mod.functions.items()):
-            if isinstance(func, relax.Function):
-                rewriter.builder_.update_func(gv, rewriter.visit_expr(func))
-        out = rewriter.builder_.get()
-        if failed:
-            warn_skipped(REWRITE, [describe_conv(c) for c, _ in failed], failed[0][1])
-            # a transform emitted before the error would otherwise run for nothing
-            out = relax.transform.DeadCodeElimination()(out)
-        return out
+        return rewrite_functions(mod, Rewriter(mod, failed), failed, REWRITE)
 
     return apply
+
+
+def rewrite_functions(mod, rewriter, failed: list, rewrite: str):
+    """Every Relax function of ``mod`` through ``rewriter`` (whose builder collects the new
+    PrimFuncs beside); the calls in ``failed`` (call, error) are named in one warning."""
+    from tvm import relax
+
+    for gv, func in list(mod.functions.items()):
+        if isinstance(func, relax.Function):
+            rewriter.builder_.update_func(gv, rewriter.visit_expr(func))
+    out = rewriter.builder_.get()
+    if failed:
+        warn_skipped(rewrite, [describe_conv(c) for c, _ in failed], failed[0][1])
+        # a transform emitted before the error would otherwise run for nothing
+        out = relax.transform.DeadCodeElimination()(out)
+    return out
 
 
 def describe_conv(call) -> str:
