@@ -201,3 +201,38 @@ def test_negative_indices_count_from_the_end_as_in_torch():
     relax.analysis.post_order_visit(model.mod["main"].body, visit)
     assert sorted(indices) == [0, 4, 4]  # TVM's take(mode="fast") would read before x
     _default_build_matches_torch(model, module, x)
+
+
+class Clipped(torch.nn.Module):
+    """ReLU6 and a clip with other bounds between convolutions (MobileNet's pattern)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Conv2d(3, 24, 3, padding=1)
+        self.b = torch.nn.Conv2d(24, 24, 3, padding=1, groups=24)
+
+    def forward(self, x):
+        return torch.clamp(self.b(torch.nn.functional.relu6(self.a(x))), -1.0, 2.5)
+
+
+@pytest.mark.parametrize("opset", [9, 17])  # bounds as attributes (before 11), as inputs after
+def test_onnx_clip_follows_the_layout_like_torch(tmp_path, opset):
+    """The converter's Clip (TOPI kernels in ``call_tir``) becomes Relax's maximum/minimum, so
+    the NHWC model has no transpose but at its input and output, as through torch.export."""
+    from tensortune.tasks.extract import prepare
+
+    torch.manual_seed(0)
+    module = Clipped().eval()
+    path = tmp_path / f"clipped-{opset}.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(module, (torch.zeros(1, 3, 13, 13),), str(path), dynamo=False,
+                          opset_version=opset, input_names=["data"])
+    assert any(n.op_type == "Clip" for n in onnx.load(str(path)).graph.node)
+    model = from_onnx(path)
+    script = model.mod.script()
+    assert "cls.maximum" not in script and "cls.minimum" not in script
+    assert script.count("R.maximum") == 2 and script.count("R.minimum") == 2
+    assert prepare(model.mod).script().count("R.permute_dims") == 2
+    x = np.random.default_rng(4).standard_normal((1, 3, 13, 13)).astype("float32")
+    _default_build_matches_torch(model, module, x)

@@ -6,6 +6,7 @@ import re
 import warnings
 
 from .model import Model, ModelImportError, UnsupportedOperatorError
+from .onnx_clip import clip_as_relax_ops
 from .onnx_fold import fold_shape_arithmetic, upgrade_old_nodes
 
 # the converter keys operators by op_type alone; a node of another domain would be converted
@@ -60,6 +61,10 @@ def from_onnx(path_or_model, input_shapes: dict[str, tuple[int, ...]] | None = N
     try:
         mod = pairwise_variadic_ops(mod)
     except Exception:  # the stacked form computes the same (the NHWC conversion hides it)
+        pass
+    try:
+        mod = clip_as_relax_ops(mod)
+    except Exception:  # TOPI's kernels compute the same (between layout changes)
         pass
     return Model.from_ir(mod, "onnx", name or model.graph.name or "onnx_model")
 
