@@ -172,17 +172,24 @@ def test_rows_no_register_tile_divides_are_padded_to_one_that_does(target, workl
         assert result.ok and result.verified, (dict(inp.config), result.message)
 
 
-def test_outputs_just_short_of_a_vector_multiple_are_padded_and_keep_their_names(target):
-    """YOLO's detection head: a 1x1 convolution to 255 channels (17-lane tiles otherwise) is
-    padded to 256 once its window axes of one are dropped; its knobs keep their names, and
-    the padded seeds compute what numpy does."""
-    tasks = _model_tasks(torch.nn.Conv2d(16, 255, 1), (1, 16, 10, 10), target)
+@pytest.mark.parametrize("channels, padded, size", [(255, 256, 10), (440, 448, 7)])
+def test_outputs_just_short_of_a_vector_multiple_are_padded_and_keep_their_names(
+        target, channels, padded, size):
+    """YOLO's detection head (255 channels: 17-lane tiles otherwise) and RegNet's 440-channel
+    layers (2.5 vectors, as ONNX Runtime pads them too): a 1x1 convolution is padded to a
+    multiple of 16 once its window axes of one are dropped; its knobs keep their names, the
+    weight's padded copy is made once (split off as a prepack, as a packed weight is), and the
+    padded seeds compute what numpy does."""
+    from tensortune.measure.prepack import has_prepack
+
+    tasks = _model_tasks(torch.nn.Conv2d(16, channels, 1), (1, 16, size, size), target)
     task = next(t.task for t in tasks if "conv2d" in t.name)
     space = task_space(task)
     extents = {k.name: k.extent for k in space.knobs if hasattr(k, "extent")}
-    assert extents["tile_ff"] == 256 and "tile_rc" in extents and "tile_ry" not in extents
+    assert extents["tile_ff"] == padded and "tile_rc" in extents and "tile_ry" not in extents
     seeds = task_seeds(task, space)
     assert seeds[0]["vector_axis"] == "ff" and seeds[0]["tile_ff"][-1] % 16 == 0
+    assert all(has_prepack(apply_config(task, c, space).mod["main"]) for c in seeds[:2])
     inputs = [MeasureInput(task, c) for c in seeds[:2]]
     settings = MeasureSettings(number=1, repeat=1, min_repeat_ms=1, threads=2)
     with LocalBuilder(workers=2) as builder, LocalRunner(settings) as runner:

@@ -87,12 +87,13 @@ def pad_ragged(sch) -> list:
     for j, (i, (multiple, most, least)) in enumerate(zip(movable[::-1], RAGGED)):
         if spatial[i] > most and max(d for d in range(1, most + 1) if spatial[i] % d == 0) < least:
             factors[i] = multiple
-        elif j == 0 and spatial[i] > most and spatial[i] % 8 and \
+        elif j == 0 and spatial[i] > most and spatial[i] % multiple and \
                 (-spatial[i]) % multiple * PAD_WASTE <= spatial[i] and \
                 _read_along(sch, info, i) <= PAD_COPY_MAX:
             # nearly a multiple of the vector (YOLO's 255 outputs: 17-lane tiles ran at 15%
-            # of the peak), where padding costs at most 1 / PAD_WASTE more work and the padded
-            # copies of the inputs (made at every call) are small
+            # of the peak; RegNet's 440 as 448, as ONNX Runtime pads it), where padding costs
+            # at most 1 / PAD_WASTE more work and the padded copies of the inputs are small
+            # (a constant weight's copy is made once, at build time: ``cpu_template``)
             factors[i] = multiple
     if all(f == 1 for f in factors):
         return []

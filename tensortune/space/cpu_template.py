@@ -78,7 +78,11 @@ def generic_cpu(cfg, sch):
         # condition would turn each vector load into scalar ones (4 instead of 90 GFLOP/s)
         name = sch.get(p).writes[0].source.name
         dims = next(d for n, d, _ in info.reads if n == name)
-        if producer_at == "inline" and not any(vec_axis in used for used in dims):
+        if {r.source.name for r in sch.get(p).reads} <= info.layout_free:
+            # a constant weight's padded copy is made once, when the model is built
+            sch.annotate(p, PREPACK_ANNOTATION, True)
+            root_producers.append(p)
+        elif producer_at == "inline" and not any(vec_axis in used for used in dims):
             sch.compute_inline(p)
         else:
             root_producers.append(p)
