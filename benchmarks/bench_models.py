@@ -33,7 +33,6 @@ from pathlib import Path
 import numpy as np
 
 from tensortune.measure import use_threads
-from tensortune.parallel import STATIC
 from tensortune.peers import fma_peak_gflops, metaschedule_builder
 from tensortune.peers.models import (ModelPeer, check_close, export_onnx, onnxruntime_peer,
                                      openvino_peer, time_interleaved, torch_peer, warm)
@@ -45,9 +44,8 @@ from tensortune.zoo import WIDER_ZOO, default_image_size, zoo_model
 
 DEFAULT_MODELS = "resnet18,mobilenet_v2,resnet50,bert_base"
 ALIASES = {"first": DEFAULT_MODELS.split(","), "wider": list(WIDER_ZOO)}
-ENGINES = ("tensortune", "static-split", "onnxruntime", "openvino", "pytorch", "torch.compile",
-           "untuned", "metaschedule")
-OURS = ("tensortune", "static-split", "untuned")  # not peers: never the best peer
+ENGINES = ("tensortune", "onnxruntime", "openvino", "pytorch", "torch.compile", "untuned",
+           "metaschedule")
 
 
 def metaschedule_model(session: Session, trials: int, work_dir: Path):
@@ -138,13 +136,6 @@ def bench_one(name: str, args, settings: Settings, home: Path, peak: float) -> d
         peers["pytorch"] = torch_peer(module, threads)
         if not args.no_compile:
             peers["torch.compile"] = torch_peer(module, threads, compile=True)
-    if args.static_split:  # the same records, each parallel loop split in fixed halves
-        os.environ[STATIC] = "1"
-        try:
-            static = s.build(keep=False)
-        finally:
-            del os.environ[STATIC]
-        peers["static-split"] = ModelPeer("static-split", lambda a: static.run(*a))
     if not args.no_untuned:
         untuned = s.build(tuned=False)
         peers["untuned"] = ModelPeer("untuned", lambda a: untuned.run(*a))
@@ -175,7 +166,7 @@ def bench_one(name: str, args, settings: Settings, home: Path, peak: float) -> d
            "profile": profile, "run_id": s.run_id, "graph": s.spec["graph"],
            "onnxruntime_profile": {"kernels_ms": peer_ms,
                                    "kernels": [dataclasses.asdict(k) for k in peer_kernels]}}
-    best_peer = min((v, e) for e, v in ms.items() if e not in OURS)
+    best_peer = min((v, e) for e, v in ms.items() if e not in ("tensortune", "untuned"))
     row["vs_best_peer"] = ms["tensortune"] / best_peer[0]
     row["best_peer"] = best_peer[1]
     print(f"[{label}] " + ", ".join(f"{e} {v:.2f} ms" for e, v in ms.items())
@@ -234,9 +225,6 @@ def main(argv=None) -> int:
     ap.add_argument("--per-round", type=int, default=10)
     ap.add_argument("--metaschedule", action="store_true",
                     help="also tune with MetaSchedule at the same trials (about an hour a model)")
-    ap.add_argument("--static-split", action="store_true",
-                    help="also time the tuned model with TVM's static split of parallel loops "
-                         "(tensortune.parallel.STATIC), interleaved with the rest")
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     ap.add_argument("--no-untuned", action="store_true",
                     help="skip TVM's untuned build (seconds to minutes a call on large inputs)")
