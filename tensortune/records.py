@@ -327,7 +327,6 @@ def build_best(path: str | os.PathLike, task: Task):
     """
     import tvm
 
-    from .parallel import tir_pipeline
     from .space import apply_config
 
     record = best_from_log(path, task)
@@ -335,6 +334,5 @@ def build_best(path: str | os.PathLike, task: Task):
         raise LookupError(f"{path}: no error-free record of {task.workload.describe()} "
                           f"(task {task.key}, template {task.template}, TVM {tvm_version()})")
     sch = apply_config(task, record.config)
-    pipeline = tir_pipeline() if task.target.get("kind") != "cuda" else "default"
-    module = tvm.compile(sch.mod, target=task.tvm_target(), tir_pipeline=pipeline).jit()
+    module = tvm.compile(sch.mod, target=task.tvm_target()).jit()
     return module, record.config, record

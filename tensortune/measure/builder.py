@@ -25,7 +25,6 @@ def _build_one(job: dict) -> tuple[str, str, str | None, float, dict | None, str
     candidate (``detail``: an error's full text)."""
     import tvm
 
-    from ..parallel import tir_pipeline
     from ..space import Config, InvalidConfigError, apply_config, task_space
     from .prepack import split_prepack
 
@@ -44,8 +43,7 @@ def _build_one(job: dict) -> tuple[str, str, str | None, float, dict | None, str
         return _build_cuda(task, sch, job["dir"], start)
     try:
         mod, prepack = split_prepack(sch.mod["main"], task.workload.outputs)
-        # parallel loops whose chunks the threads take as they go, as the model build compiles
-        executable = tvm.compile(mod, target=task.tvm_target(), tir_pipeline=tir_pipeline())
+        executable = tvm.compile(mod, target=task.tvm_target())
         path = os.path.join(job["dir"], f"{uuid.uuid4().hex}.so")
         executable.export_library(path, fcompile=fast_link)
     except Exception as err:  # TVM lowering/codegen errors and linker failures alike

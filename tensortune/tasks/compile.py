@@ -8,7 +8,6 @@ from collections.abc import Mapping
 from ..errors import strict
 from ..frontend import Model
 from ..measure import use_threads
-from ..parallel import tir_pipeline
 from ..records import Record, best_record, load_records, records_for
 from ..space import (Config, InvalidConfigError, apply_config, task_seeds, task_space,
                      template_for)
@@ -213,8 +212,7 @@ def compile_fused(mod, target: dict, cuda_graph: bool = True):
     """Compile a fused (already legalized) module: TVM's pipeline after ``FuseTIR`` (for a GPU,
     first dlight's default schedules for the functions no config scheduled; ``cuda_graph``:
     the VM captures the model's kernels as a CUDA graph on the first run and replays it: on
-    an H100, MobileNet V2 0.51 ms against 0.58 ms launched one by one). A CPU module's
-    parallel loops hand their chunks out as the threads ask for them (``parallel``)."""
+    an H100, MobileNet V2 0.51 ms against 0.58 ms launched one by one)."""
     import tvm
     from tvm.relax import pipeline
 
@@ -239,7 +237,7 @@ def compile_fused(mod, target: dict, cuda_graph: bool = True):
         lower = cpu_pipeline.dataflow_lower_passes(tgt)
     rest = tvm.transform.Sequential(lower + pipeline.finalize_passes(tgt))
     with tgt:
-        return tvm.compile(mod, target=tgt, relax_pipeline=rest, tir_pipeline=tir_pipeline())
+        return tvm.compile(mod, target=tgt, relax_pipeline=rest)
 
 
 def build_model(model: Model, target: dict, best: Best | None = None,
