@@ -346,3 +346,40 @@ def test_fast_link_names_the_linkers_complaint(tmp_path):
     bad.write_bytes(b"not an object file")
     with pytest.raises(RuntimeError, match="ld failed"):
         fast_link(str(tmp_path / "x.so"), [str(bad)])
+
+
+THREADS_IN_ONE_CORE = """
+import os
+core = max(os.sched_getaffinity(0))
+os.sched_setaffinity(0, {core})  # first: threads started later (numpy's too) inherit it
+import numpy as np
+from tensortune.measure import use_threads
+use_threads(2)
+import tvm
+from tvm.script import tirx as T
+
+@T.prim_func
+def add_one(a: T.Buffer((4096,), "float32")):
+    T.func_attr({"global_symbol": "main"})
+    for i in T.parallel(4096):
+        a[i] = a[i] + 1.0
+
+lib = tvm.compile(tvm.IRModule({"main": add_one}), target={"kind": "llvm"})
+lib["main"](tvm.runtime.tensor(np.zeros(4096, "float32")))
+tasks = os.listdir(f"/proc/{os.getpid()}/task")
+print(core, len(tasks), sorted({c for t in tasks for c in os.sched_getaffinity(int(t))}))
+"""
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores to leave one")
+def test_kernel_threads_stay_on_the_cores_their_process_was_given(tmp_path):
+    """A measurement worker pinned to its device's cores keeps TVM's threads there: TVM, left
+    to pin them itself, widens the calling thread to every core of the machine."""
+    script = tmp_path / "one_core.py"  # a file: TVMScript reads the function's source
+    script.write_text(THREADS_IN_ONE_CORE)
+    env = {k: v for k, v in os.environ.items() if k != "TVM_BIND_THREADS"}
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         env=env, check=True).stdout.split(maxsplit=2)
+    core, threads, allowed = int(out[0]), int(out[1]), out[2].strip()
+    assert threads >= 2  # the pool started its worker
+    assert allowed == f"[{core}]"

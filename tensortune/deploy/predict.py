@@ -84,6 +84,8 @@ class Model:
             raise RuntimeError(f"this machine has no {kind} device for {self.manifest['name']}")
         if kind == "cpu":
             os.environ.setdefault("TVM_NUM_THREADS", str(os.cpu_count() or 1))
+            # unpinned threads: a pinned one waits out any other process on its core
+            os.environ.setdefault("TVM_BIND_THREADS", "0")
         library = tvm.runtime.load_module(str(self.directory / self.manifest["library"]))
         self._vm = relax_vm.VirtualMachine(library, self.device)
         self._main = self._vm["main"]

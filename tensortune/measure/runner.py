@@ -31,8 +31,14 @@ def use_threads(threads: int) -> None:
 
     TVM reads TVM_NUM_THREADS once, when its pool first starts (the first parallel kernel);
     without it TVM takes half the logical CPUs, i.e. a single thread on a 2-vCPU machine.
+    Its threads are left unpinned (TVM_BIND_THREADS=0, unless the caller set it): pinning
+    them, TVM widens the calling thread's affinity to every core, out of the cores a
+    measurement worker was given (``pool.pin_and_init``), and ties a worker to a core that
+    another process keeps busy (DeiT-S 10x slower with a busy loop on one of two cores, 1.5-4x
+    unpinned; docs/benchmarks.md).
     """
     os.environ["TVM_NUM_THREADS"] = str(int(threads))
+    os.environ.setdefault("TVM_BIND_THREADS", "0")
 
 
 def _load_runtime(threads: int) -> None:
