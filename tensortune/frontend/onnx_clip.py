@@ -25,7 +25,8 @@ def clip_as_relax_ops(mod):
     # constant bound is a constant again
     mod = relax.transform.FoldConstant()(mod)
     call_tir = tvm.ir.Op.get("relax.call_tir")
-    replaced = []
+    replaced = False
+    bounds = {}  # (function, argument types) -> its bound or None: checked once, not per call
 
     @relax.expr_functor.mutator
     class Rewriter(relax.PyExprMutator):
@@ -37,11 +38,17 @@ def clip_as_relax_ops(mod):
             kind = re.sub(r"\d+$", "", call.args[0].name_hint)
             if kind not in _KINDS:
                 return call
-            bound = _bound(mod[call.args[0]], kind, list(call.args[1].fields))
-            if bound is None:
+            nonlocal replaced
+            args = list(call.args[1].fields)
+            key = (call.args[0].name_hint, tuple(str(getattr(a, "ty", None)) for a in args))
+            if key not in bounds:
+                bounds[key] = _bound(mod[call.args[0]], kind, args)
+            if bounds[key] is None:
                 return call
-            replaced.append(call)
-            return getattr(relax.op, kind)(call.args[1].fields[0], bound)
+            replaced = True
+            # a bound given as an input is this call's own; one inside the function is shared
+            bound = args[1] if len(args) == 2 else bounds[key]
+            return getattr(relax.op, kind)(args[0], bound)
 
     rewriter = Rewriter(mod)
     for gv, func in list(mod.functions.items()):

@@ -5,6 +5,7 @@ import os
 import re
 import warnings
 
+from ..errors import strict
 from .model import Model, ModelImportError, UnsupportedOperatorError
 from .onnx_clip import clip_as_relax_ops
 from .onnx_fold import fold_shape_arithmetic, upgrade_old_nodes
@@ -61,11 +62,13 @@ def from_onnx(path_or_model, input_shapes: dict[str, tuple[int, ...]] | None = N
     try:
         mod = pairwise_variadic_ops(mod)
     except Exception:  # the stacked form computes the same (the NHWC conversion hides it)
-        pass
+        if strict():  # TENSORTUNE_STRICT: raise what would be swallowed
+            raise
     try:
         mod = clip_as_relax_ops(mod)
     except Exception:  # TOPI's kernels compute the same (between layout changes)
-        pass
+        if strict():
+            raise
     return Model.from_ir(mod, "onnx", name or model.graph.name or "onnx_model")
 
 
