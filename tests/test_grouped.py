@@ -106,3 +106,28 @@ def test_turned_off_the_model_keeps_topi_grouped_convolutions(grouped):
     assert GraphOptions.of({"layout": "nhwc"}).grouped_conv is False
     compiled = build_model(model, target, {}, graph=off)
     np.testing.assert_allclose(compiled.run(x)[0], expected, rtol=1e-4, atol=1e-4)
+
+
+def test_a_14_wide_row_is_computed_16_wide_and_cropped():
+    """RegNet's 14x14 stage (groups of 8) at an irregular width: 40 channels in groups of 8 on
+    a 14x14 image are computed over 16 columns (one AVX-512 vector a row) and cropped; a
+    stride-2 one to 7 columns is left in TOPI's form (16 would more than double the work)."""
+    torch.manual_seed(1)
+    module = torch.nn.Sequential(torch.nn.Conv2d(40, 40, 3, padding=1, groups=5),
+                                 torch.nn.ReLU(),
+                                 torch.nn.Conv2d(40, 40, 3, stride=2, padding=1, groups=5)).eval()
+    x = torch.randn(1, 40, 14, 14)
+    with torch.no_grad():
+        expected = module(x).numpy()
+    model = from_torch(module, (x,))
+    target = default_target(2)
+    tasks = extract_tasks(model, target)
+    convs = _conv_tasks(tasks)
+    assert len(convs) == 1, [t.name for t in tasks]
+    func = convs[0].task.workload.prim_func()
+    assert "tt_group_crop" in func.script()
+    # the convolution's own buffer is 16 columns wide, its crop 14
+    assert "(T.int64(1), T.int64(14), T.int64(16), T.int64(40))" in func.script()
+    best = {convs[0].key: task_seeds(convs[0].task)[0]}
+    compiled = build_model(model, target, best)
+    np.testing.assert_allclose(compiled.run(x.numpy())[0], expected, rtol=1e-4, atol=1e-4)
