@@ -13,7 +13,7 @@ import numpy as np
 
 from ..frontend import TensorInfo
 from ..frontend.model import random_inputs
-from ..measure import use_threads
+from ..measure import launcher, use_threads
 # a saved model's files (WEIGHTS: the lifted constants, ``tasks.weights``, by parameter name),
 # which the device runners read too
 from ..measure.model_timing import LIBRARY, METADATA, WEIGHTS
@@ -91,6 +91,8 @@ class CompiledModel:
                                    "device: copy the saved module to one that has")
             if self._library is None:  # loaded lazily: a GPU library loads only beside a GPU
                 self._library = tvm.runtime.load_module(self._library_path)
+                if kind == "llvm":  # its tasks to whichever thread asks first
+                    launcher.install(self._library_path)
             vm = relax.VirtualMachine(self._library, dev)
             # one aligned input tensor per input, refilled on every call: a fresh tensor per
             # call costs an allocation and the page faults of first touch (not thread-safe)

@@ -1,0 +1,97 @@
+"""Parallel kernels whose tasks go to whichever thread asks first (``launcher.c``).
+
+TVM's pool splits each parallel loop into one fixed share per thread, and a kernel ends when
+the last share does: a thread that another process keeps off its core holds every kernel
+back (DeiT-S on two vCPUs, a busy loop on one: 216 ms, against 43 ms quiet). A kernel library
+calls TVM's launcher through a pointer it exports, ``__TVMBackendParallelLaunch``, which TVM
+sets when it loads the library; ``install`` points it at ``tt_parallel_launch``: four tasks a
+thread, the calling thread taking them from the front and a worker from the back, the caller
+waiting only for tasks another thread began (DeiT-S 102 ms with the busy loop, 43-47 ms quiet,
+as with TVM's pool; docs/benchmarks.md).
+
+``launcher.c`` is compiled once per source text with the C compiler (``cc``) into
+``~/.cache/tensortune``; without one, or with ``TENSORTUNE_TVM_POOL=1``, TVM's pool stays.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+SOURCE = Path(__file__).with_name("launcher.c")
+KEEP_TVM_POOL = "TENSORTUNE_TVM_POOL"  # set to 1: kernels keep TVM's own launcher
+TASKS_PER_THREAD = 4
+POINTER = "__TVMBackendParallelLaunch"
+BARRIER = b"TVMBackendParallelBarrier"  # a kernel that syncs its tasks needs TVM's pool
+
+
+def enabled() -> bool:
+    return os.environ.get(KEEP_TVM_POOL, "") in ("", "0")
+
+
+def _cache_dir() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tensortune"
+
+
+@functools.lru_cache(maxsize=1)
+def library() -> ctypes.CDLL | None:
+    """The compiled launcher, loaded and its workers started (once per process); None where
+    no C compiler is found or it fails (TVM's pool then stays, and a debug line says why)."""
+    source = SOURCE.read_bytes()
+    path = _cache_dir() / f"launcher-{hashlib.sha1(source).hexdigest()[:12]}.so"
+    if not path.exists():
+        compiler = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
+        if compiler is None:
+            log.debug("no C compiler: kernels keep TVM's parallel launcher")
+            return None
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # compiled beside its final name and renamed: concurrent processes never load half a file
+        with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".so", delete=False) as tmp:
+            pass
+        done = subprocess.run([compiler, "-O2", "-fPIC", "-shared", "-o", tmp.name,
+                               str(SOURCE), "-lpthread"], capture_output=True, text=True)
+        if done.returncode != 0:
+            os.unlink(tmp.name)
+            log.debug("compiling %s failed, kernels keep TVM's launcher:\n%s", SOURCE,
+                      done.stderr)
+            return None
+        os.replace(tmp.name, path)
+    lib = ctypes.CDLL(str(path))
+    threads = int(os.environ.get("TVM_NUM_THREADS") or len(os.sched_getaffinity(0)))
+    lib.tt_pool_init(threads, TASKS_PER_THREAD, -1)
+    return lib
+
+
+def install(library_path: str | os.PathLike) -> bool:
+    """Point the kernel library at ``library_path`` (already loaded by TVM, which sets the
+    pointer when it loads it) to ``tt_parallel_launch``; False where it keeps TVM's pool."""
+    if not enabled():
+        return False
+    path = Path(library_path)
+    if BARRIER in path.read_bytes():
+        return False
+    launcher = library()
+    if launcher is None:
+        return False
+    kernels = ctypes.CDLL(str(path))  # the handle TVM's dlopen already holds
+    try:
+        pointer = ctypes.c_void_p.in_dll(kernels, POINTER)
+    except ValueError:  # a library without parallel kernels
+        return False
+    pointer.value = ctypes.cast(launcher.tt_parallel_launch, ctypes.c_void_p).value
+    return True
+
+
+def launches() -> int:
+    """Launches ``tt_parallel_launch`` has run in this process (0 before it is loaded)."""
+    if library.cache_info().currsize == 0 or library() is None:
+        return 0
+    return ctypes.c_long.in_dll(library(), "tt_launches").value
