@@ -44,30 +44,41 @@ def _cache_dir() -> Path:
 @functools.lru_cache(maxsize=1)
 def library() -> ctypes.CDLL | None:
     """The compiled launcher, loaded and its workers started (once per process); None where
-    no C compiler is found or it fails (TVM's pool then stays, and a debug line says why)."""
+    no C compiler is found or it fails (TVM's pool then stays, and a warning says why)."""
     source = SOURCE.read_bytes()
     path = _cache_dir() / f"launcher-{hashlib.sha1(source).hexdigest()[:12]}.so"
-    if not path.exists():
-        compiler = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
-        if compiler is None:
-            log.debug("no C compiler: kernels keep TVM's parallel launcher")
-            return None
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # compiled beside its final name and renamed: concurrent processes never load half a file
-        with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".so", delete=False) as tmp:
-            pass
-        done = subprocess.run([compiler, "-O2", "-fPIC", "-shared", "-o", tmp.name,
-                               str(SOURCE), "-lpthread"], capture_output=True, text=True)
-        if done.returncode != 0:
-            os.unlink(tmp.name)
-            log.debug("compiling %s failed, kernels keep TVM's launcher:\n%s", SOURCE,
-                      done.stderr)
-            return None
-        os.replace(tmp.name, path)
+    if not path.exists() and not _compile(path):
+        return None
     lib = ctypes.CDLL(str(path))
     threads = int(os.environ.get("TVM_NUM_THREADS") or len(os.sched_getaffinity(0)))
     lib.tt_pool_init(threads, TASKS_PER_THREAD, -1)
     return lib
+
+
+def _compile(path: Path) -> bool:
+    """Compile ``launcher.c`` to ``path``; False (with the compiler's whole message logged)
+    where there is no C compiler or it fails."""
+    compiler = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
+    if compiler is None:
+        log.warning("no C compiler (cc): kernels keep TVM's parallel launcher")
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # compiled beside its final name and renamed: concurrent processes never load half a file
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".so")
+    os.close(fd)
+    try:
+        done = subprocess.run([compiler, "-O2", "-fPIC", "-shared", "-o", tmp, str(SOURCE),
+                               "-lpthread"], capture_output=True, text=True, timeout=120)
+        failure = done.stderr if done.returncode != 0 else None
+    except (OSError, subprocess.TimeoutExpired) as err:
+        failure = str(err)
+    if failure is not None:
+        os.unlink(tmp)
+        log.warning("compiling %s failed, kernels keep TVM's parallel launcher:\n%s", SOURCE,
+                    failure)
+        return False
+    os.replace(tmp, path)
+    return True
 
 
 def install(library_path: str | os.PathLike) -> bool:
@@ -92,6 +103,5 @@ def install(library_path: str | os.PathLike) -> bool:
 
 def launches() -> int:
     """Launches ``tt_parallel_launch`` has run in this process (0 before it is loaded)."""
-    if library.cache_info().currsize == 0 or library() is None:
-        return 0
-    return ctypes.c_long.in_dll(library(), "tt_launches").value
+    lib = library() if library.cache_info().currsize else None
+    return 0 if lib is None else ctypes.c_long.in_dll(lib, "tt_launches").value
