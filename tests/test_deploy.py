@@ -109,7 +109,9 @@ def test_export_runs_in_a_python_with_numpy_alone(built, tmp_path, numpy_only_py
     out = tmp_path / "small"
     manifest = session.export(out, runtime=True)
     assert sorted(p.name for p in out.iterdir()) == sorted(
-        ["model.so", "weights.npz", "check.npz", "predict.py", "manifest.json", "runtime"])
+        ["model.so", "weights.npz", "check.npz", "predict.py", "manifest.json", "runtime",
+         "launcher.so"])
+    assert manifest["launcher"] == "launcher.so"  # the kernels' tasks on our launcher there too
     assert manifest == read_manifest(out)
     assert manifest["device"] == "cpu" and manifest["inputs"][0]["shape"] == [1, 3, 19, 19]
     assert manifest["weights"]["arrays"] and manifest["weights"]["sha256"]
@@ -134,9 +136,10 @@ def test_export_runs_in_a_python_with_numpy_alone(built, tmp_path, numpy_only_py
     # ... and from Python: load(DIR) gives a callable
     code = ("import sys, numpy as np; sys.path.insert(0, sys.argv[1]); from predict import load;"
             "m = load(sys.argv[1]); y = m(np.load(sys.argv[2])['x'])['output0'];"
-            "print(y.shape)")
+            "import ctypes; lib = ctypes.CDLL(sys.argv[1] + '/launcher.so');"
+            "print(y.shape, m.launcher, ctypes.c_long.in_dll(lib, 'tt_launches').value > 0)")
     call = _run(numpy_only_python, "-c", code, out, tmp_path / "in.npz")
-    assert call.returncode == 0 and call.stdout.strip() == "(1, 10)", call.stderr
+    assert call.returncode == 0 and call.stdout.strip() == "(1, 10) True True", call.stderr
 
 
 def test_a_swapped_weights_file_of_another_shape_is_refused(built, tmp_path):

@@ -92,3 +92,28 @@ def test_the_switch_keeps_tvms_pool(saved):
     assert out["launches"] == 0
     np.testing.assert_allclose(np.array(out["y"], dtype=np.float32), expected, rtol=1e-5,
                                atol=1e-5)
+
+
+def test_a_tuning_candidate_is_timed_on_the_launcher():
+    """The runner times a candidate as the model will run it: its tasks on the launcher."""
+    from tensortune.measure import ErrorKind, LocalBuilder, MeasureInput
+    from tensortune.measure.runner import _run_one
+    from tensortune.space import task_space
+    from tensortune.workload import Matmul, Task, default_target
+
+    task = Task(Matmul(m=72, n=200, k=120), default_target(2))
+    rng = np.random.default_rng(0)
+    inputs = [MeasureInput(task, task_space(task).sample(rng)) for _ in range(8)]
+    with LocalBuilder(workers=1, timeout_s=60.0) as builder:
+        built = [b for b in builder.build(inputs) if b.error is ErrorKind.NONE]
+        assert built, "none of eight sampled configs built"
+        build = built[0]
+        assert launcher.usable(build.path)
+        before = launcher.launches()
+        kind, costs, verified, message, _ = _run_one({
+            "path": build.path, "workload": task.workload.to_dict(), "seed": 0,
+            "prepack": build.prepack, "warmup": 1, "number": 2, "repeat": 2, "min_repeat_ms": 1,
+            "verify": True, "rtol": 1e-4, "atol": 1e-4, "cpus": None})
+        assert (kind, verified) == (ErrorKind.NONE.value, True), message
+        assert len(costs) == 2 and min(costs) > 0
+        assert launcher.launches() > before, "the candidate's kernel kept TVM's pool"

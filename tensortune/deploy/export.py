@@ -3,6 +3,7 @@
     DIR/model.so        the compiled library (kernels and the VM's code; no weights)
     DIR/weights.npz     the weights ``main`` takes after the inputs, by parameter name
     DIR/check.npz       a test vector: inputs and the outputs the build machine computed
+    DIR/launcher.so     the parallel launcher the kernels run their tasks on (CPU; C only)
     DIR/predict.py      the loader (``load(DIR)``, ``python predict.py IN.npz OUT.npz``)
     DIR/manifest.json   inputs, outputs, weights, target, versions, how each function was
                         scheduled and where its config came from (written last)
@@ -22,12 +23,14 @@ from pathlib import Path
 
 import numpy as np
 
+from ..measure import launcher
 from ..tasks.compiled import LIBRARY, WEIGHTS, CompiledModel, weight_info
 from ..tasks.cuda_kernels import KERNELS
 from .runtime import collect_runtime
 
 FORMAT, VERSION = "tensortune.deploy", 1
 MANIFEST, CHECK, LOADER = "manifest.json", "check.npz", "predict.py"
+LAUNCHER = "launcher.so"
 # the test vector's tolerance: a CPU export reruns the very build; a GPU one is compared with
 # this CPU's build of the same model, other summation orders through every layer
 CHECK_TOLERANCE = {"cpu": 1e-4, "cuda": 1e-3}
@@ -86,6 +89,7 @@ def export_model(compiled: CompiledModel, out: str | os.PathLike, check_inputs: 
     np.savez(out / CHECK, **{f"input:{t.name}": x for t, x in zip(compiled.inputs, check_inputs)},
              **{f"output:{t.name}": y for t, y in zip(compiled.outputs, check_outputs)})
     shutil.copyfile(Path(__file__).with_name(LOADER), out / LOADER)
+    shipped_launcher = _ship_launcher(out) if device == "cpu" else None
     bundled = None
     if runtime:
         bundled = collect_runtime(out / "runtime", out / LIBRARY, cuda=device == "cuda",
@@ -97,6 +101,8 @@ def export_model(compiled: CompiledModel, out: str | os.PathLike, check_inputs: 
         "device": device, "target": compiled.target,
         "tvm": tvm.__version__, "tvm_ffi": version("apache-tvm-ffi"), "python": here,
         "library": LIBRARY,
+        # the parallel launcher (measure/launcher.c) compiled here; None: TVM's pool
+        "launcher": shipped_launcher,
         # a GPU library's kernels, compiled here: the loader hands them to TVM's runtime
         "kernels": sorted(p.name for p in (out / KERNELS).glob("*.fatbin"))
         if (out / KERNELS).is_dir() else [],
@@ -123,6 +129,18 @@ def export_model(compiled: CompiledModel, out: str | os.PathLike, check_inputs: 
     tmp.write_text(json.dumps(manifest, indent=1) + "\n")
     os.replace(tmp, out / MANIFEST)
     return manifest
+
+
+def _ship_launcher(out: Path) -> str | None:
+    """Copy the compiled parallel launcher into ``out`` (the kernels run their tasks on it
+    there as they do here); None where the library cannot use it or it is not compiled."""
+    if not launcher.usable(out / LIBRARY):
+        return None
+    compiled = launcher.compiled()
+    if compiled is None:
+        return None
+    shutil.copyfile(compiled, out / LAUNCHER)
+    return LAUNCHER
 
 
 def sizes(directory: Path) -> dict:

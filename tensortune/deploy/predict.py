@@ -64,6 +64,24 @@ def _serve_kernels(directory: Path, names: list) -> None:
     tvm_ffi.register_global_func("tvm_callback_cuda_compile", compiled, override=True)
 
 
+def _use_launcher(directory: Path, manifest: dict, library: Path) -> bool:
+    """Point the loaded kernel library's parallel launches at the export's ``launcher.so``
+    (tasks to whichever thread asks first: a core that another process keeps busy does not
+    hold every kernel back); False where there is none or ``TENSORTUNE_TVM_POOL=1``."""
+    name = manifest.get("launcher")
+    if not name or os.environ.get("TENSORTUNE_TVM_POOL", "") not in ("", "0"):
+        return False
+    launcher = ctypes.CDLL(str(directory / name))
+    launcher.tt_pool_init(int(os.environ["TVM_NUM_THREADS"]), 4, -1)  # once a process
+    kernels = ctypes.CDLL(str(library))  # the library TVM has loaded: its pointer is set
+    try:
+        pointer = ctypes.c_void_p.in_dll(kernels, "__TVMBackendParallelLaunch")
+    except ValueError:  # no parallel kernel
+        return False
+    pointer.value = ctypes.cast(launcher.tt_parallel_launch, ctypes.c_void_p).value
+    return True
+
+
 class Model:
     """An exported model on its device: call it with numpy arrays (by position or by input
     name); it returns ``{output name: array}``."""
@@ -86,7 +104,10 @@ class Model:
             os.environ.setdefault("TVM_NUM_THREADS", str(os.cpu_count() or 1))
             # unpinned threads: a pinned one waits out any other process on its core
             os.environ.setdefault("TVM_BIND_THREADS", "0")
-        library = tvm.runtime.load_module(str(self.directory / self.manifest["library"]))
+        library_path = self.directory / self.manifest["library"]
+        library = tvm.runtime.load_module(str(library_path))
+        self.launcher = kind == "cpu" and _use_launcher(self.directory, self.manifest,
+                                                        library_path)
         self._vm = relax_vm.VirtualMachine(library, self.device)
         self._main = self._vm["main"]
         self._tvm = tvm

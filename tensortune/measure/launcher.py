@@ -14,6 +14,7 @@ as with TVM's pool; docs/benchmarks.md).
 """
 from __future__ import annotations
 
+import _ctypes
 import ctypes
 import functools
 import hashlib
@@ -45,14 +46,29 @@ def _cache_dir() -> Path:
 def library() -> ctypes.CDLL | None:
     """The compiled launcher, loaded and its workers started (once per process); None where
     no C compiler is found or it fails (TVM's pool then stays, and a warning says why)."""
-    source = SOURCE.read_bytes()
-    path = _cache_dir() / f"launcher-{hashlib.sha1(source).hexdigest()[:12]}.so"
-    if not path.exists() and not _compile(path):
+    path = compiled()
+    if path is None:
         return None
     lib = ctypes.CDLL(str(path))
     threads = int(os.environ.get("TVM_NUM_THREADS") or len(os.sched_getaffinity(0)))
     lib.tt_pool_init(threads, TASKS_PER_THREAD, -1)
     return lib
+
+
+def compiled() -> Path | None:
+    """The launcher's shared library in the cache, compiled on first use (an export copies
+    it beside its model); None where no C compiler is found or it fails."""
+    source = SOURCE.read_bytes()
+    path = _cache_dir() / f"launcher-{hashlib.sha1(source).hexdigest()[:12]}.so"
+    if not path.exists() and not _compile(path):
+        return None
+    return path
+
+
+def usable(library_path: str | os.PathLike) -> bool:
+    """Whether the kernels of ``library_path`` may run on the launcher: not turned off, and no
+    kernel syncs its tasks with TVM's barrier (which only TVM's pool provides)."""
+    return enabled() and BARRIER not in Path(library_path).read_bytes()
 
 
 def _compile(path: Path) -> bool:
@@ -84,21 +100,23 @@ def _compile(path: Path) -> bool:
 def install(library_path: str | os.PathLike) -> bool:
     """Point the kernel library at ``library_path`` (already loaded by TVM, which sets the
     pointer when it loads it) to ``tt_parallel_launch``; False where it keeps TVM's pool."""
-    if not enabled():
-        return False
     path = Path(library_path)
-    if BARRIER in path.read_bytes():
+    if not usable(path):
         return False
     launcher = library()
     if launcher is None:
         return False
-    kernels = ctypes.CDLL(str(path))  # the handle TVM's dlopen already holds
+    kernels = ctypes.CDLL(str(path))  # the library TVM's dlopen already holds
     try:
         pointer = ctypes.c_void_p.in_dll(kernels, POINTER)
+        pointer.value = ctypes.cast(launcher.tt_parallel_launch, ctypes.c_void_p).value
+        return True
     except ValueError:  # a library without parallel kernels
         return False
-    pointer.value = ctypes.cast(launcher.tt_parallel_launch, ctypes.c_void_p).value
-    return True
+    finally:
+        # our reference dropped: the library unloads with TVM's module (a tuning worker
+        # loads a thousand candidates)
+        _ctypes.dlclose(kernels._handle)
 
 
 def launches() -> int:

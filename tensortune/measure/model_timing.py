@@ -16,6 +16,8 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from . import launcher
+
 LIBRARY, METADATA, WEIGHTS, INPUTS = "model.so", "model.json", "weights.npz", "inputs.npz"
 
 
@@ -67,6 +69,8 @@ def time_here(job: dict) -> tuple[float, ...]:
     """Worker side of ``LocalRunner.time_model``: the model timed on this process's CPU."""
     import tvm
 
-    library = tvm.runtime.load_module(str(Path(job["directory"]) / LIBRARY))
+    path = str(Path(job["directory"]) / LIBRARY)
+    library = tvm.runtime.load_module(path)
+    launcher.install(path)  # as CompiledModel runs it
     return time_main(library, tvm.cpu(), model_arrays(job["directory"]), job["repeat"],
                      job["min_repeat_ms"])

@@ -8,6 +8,7 @@ from typing import Protocol, runtime_checkable
 
 from ..errors import raise_if_strict
 from ..settings import MeasureSettings
+from . import launcher
 from .model_timing import time_here
 from .pool import CRASHED, TIMEOUT, JobFailure, WorkerPool, pin_and_init
 from .types import BuildResult, ErrorKind, MeasureInput, MeasureResult
@@ -68,6 +69,8 @@ def _run_one(job: dict) -> tuple[str, tuple[float, ...], bool, str, float | None
     inputs, reference, out_shape = _data(workload, job["seed"])
     dev = tvm.cpu()
     fn = tvm.runtime.load_module(job["path"])
+    # timed as a model runs it: its tasks on the launcher
+    launcher.install(job["path"])
     args = [tvm.runtime.tensor(x, dev) for x in inputs]
     if job.get("prepack"):
         args = _prepacked(fn, args, job["prepack"], dev)
