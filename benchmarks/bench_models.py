@@ -80,7 +80,8 @@ def graph_of(args) -> GraphOptions:
     return GraphOptions(layout=args.layout, winograd=not args.no_winograd,
                         fast_math=not args.no_fast_math,
                         expand_depthwise=not args.no_expand_depthwise,
-                        grouped_conv=not args.no_grouped_conv)
+                        grouped_conv=not args.no_grouped_conv,
+                        slice_first=not args.no_slice_first)
 
 
 def via_onnx(name: str, args) -> bool:
@@ -222,6 +223,8 @@ def main(argv=None) -> int:
     ap.add_argument("--no-fast-math", action="store_true", help="libm exp, erf and tanh")
     ap.add_argument("--no-expand-depthwise", action="store_true",
                     help="1x1 and depthwise convolutions as separate kernels")
+    ap.add_argument("--no-slice-first", action="store_true",
+                    help="Q, K, V copied out of a permuted or split projection (tasks.slices)")
     ap.add_argument("--no-grouped-conv", action="store_true",
                     help="grouped convolutions in TOPI's form (vectorized along channels)")
     ap.add_argument("--rounds", type=int, default=5)

@@ -52,6 +52,8 @@ def tune_model(
                                           "one after it as one kernel (nhwc, >= 1 MiB between)"),
     grouped_conv: bool = typer.Option(True, help="grouped convolutions with under 16 outputs "
                                       "per group vectorized along the image row (nhwc)"),
+    slice_first: bool = typer.Option(True, help="attention's Q, K, V sliced out of one "
+                                     "projection before their permutation (one copy each)"),
     compare: bool = typer.Option(True, help="also time PyTorch eager and the untuned build"),
     as_json: bool = typer.Option(False, "--json", help="end with one JSON summary line on stdout"),
 ):
@@ -71,7 +73,8 @@ def tune_model(
         settings = dataclasses.replace(settings, target=_model_target(
             target, settings, hardware_free or records is not None, verify_top))
         graph = GraphOptions(layout=layout, winograd=winograd, fast_math=fast_math,
-                             expand_depthwise=expand_depthwise, grouped_conv=grouped_conv)
+                             expand_depthwise=expand_depthwise, grouped_conv=grouped_conv,
+                             slice_first=slice_first)
         if model.endswith(".onnx"):
             session = Session.from_onnx(model, settings=settings, graph=graph)
         elif model in ZOO:

@@ -21,7 +21,8 @@ class GraphOptions:
     convolution and the 3x3 depthwise convolution after it as one function where the expanded
     tensor is at least ``expand_depthwise_kib`` (``tasks.expand_depthwise``; NHWC only);
     ``grouped_conv``: grouped convolutions with few channels per group vectorized along the
-    image row (``tasks.grouped``; NHWC only)."""
+    image row (``tasks.grouped``; NHWC only); ``slice_first``: constant slices taken before
+    the permutation they follow (``tasks.slices``: attention's Q, K, V)."""
 
     layout: str = DEFAULT_LAYOUT
     winograd: bool = True
@@ -30,6 +31,7 @@ class GraphOptions:
     expand_depthwise: bool = True
     expand_depthwise_kib: int = 1024
     grouped_conv: bool = True
+    slice_first: bool = True
 
     def __post_init__(self):
         object.__setattr__(self, "layout", check_layout(self.layout))
@@ -55,7 +57,8 @@ class GraphOptions:
                 raise ValueError(f"unknown graph option(s) {sorted(unknown)}; known: "
                                  f"{', '.join(sorted(known))}")
             # a run saved before a rewrite existed was tuned and built without it
-            value = {"expand_depthwise": False, "grouped_conv": False, **value}
+            value = {"expand_depthwise": False, "grouped_conv": False, "slice_first": False,
+                     **value}
             return GraphOptions(**value)
         raise TypeError(f"graph options must be GraphOptions, str or dict, not "
                         f"{type(value).__name__}")
@@ -77,6 +80,10 @@ class GraphOptions:
             from .grouped import REWRITE as NAME, grouped_conv_pass
 
             mod = guarded(NAME, grouped_conv_pass(), mod)
+        if self.slice_first:
+            from .slices import REWRITE as NAME, slice_first_pass
+
+            mod = guarded(NAME, slice_first_pass(), mod)
         if self.fast_math:
             from .fastmath import fast_math_pass
 
