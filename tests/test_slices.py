@@ -1,8 +1,7 @@
 """Slices before permutations (``tasks.slices``): attention's Q, K and V split out of one
-projection, as timm's ViT (``reshape``, ``permute``, ``qkv[i]``) and GPT-2 (``split``) write
-it, imported from ONNX at irregular sizes; the model keeps PyTorch's outputs."""
-import math
-
+projection, as the zoo's ViT (``reshape``, ``permute``, ``qkv[i]``) and GPT-2 (``split``) write
+it, imported from ONNX at irregular sizes (37 tokens, 3 heads of 24); the model keeps PyTorch's
+outputs."""
 import numpy as np
 import pytest
 import torch
@@ -12,35 +11,18 @@ from tensortune.tasks import build_model
 from tensortune.tasks.graph import GraphOptions
 from tensortune.tasks.slices import remaining_axes
 from tensortune.workload import default_target
+from tensortune.zoo.gpt2 import CausalSelfAttention, GPT2Config
+from tensortune.zoo.vit import Attention
 
 
-class PermutedQKV(torch.nn.Module):
-    """timm's attention: 3 heads of 24 on 37 tokens."""
-
-    def __init__(self, dim=72, heads=3):
-        super().__init__()
-        self.heads = heads
-        self.qkv, self.proj = torch.nn.Linear(dim, 3 * dim), torch.nn.Linear(dim, dim)
-
-    def forward(self, x):
-        b, n, d = x.shape
-        qkv = self.qkv(x).reshape(b, n, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
-        q, k, v = qkv[0], qkv[1], qkv[2]
-        scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(d // self.heads)
-        out = torch.matmul(torch.softmax(scores, dim=-1), v)
-        return self.proj(out.transpose(1, 2).reshape(b, n, d))
+def _vit_attention():
+    """timm's attention (``reshape``, ``permute``, ``qkv[i]``): 3 heads of 24."""
+    return Attention(72, heads=3)
 
 
-class SplitQKV(PermutedQKV):
-    """GPT-2's attention: ``split`` along the features, then each part to heads."""
-
-    def forward(self, x):
-        b, n, d = x.shape
-        q, k, v = (t.reshape(b, n, self.heads, d // self.heads).transpose(1, 2)
-                   for t in self.qkv(x).split(d, dim=2))
-        scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(d // self.heads)
-        out = torch.matmul(torch.softmax(scores, dim=-1), v)
-        return self.proj(out.transpose(1, 2).reshape(b, n, d))
+def _gpt2_attention():
+    """GPT-2's (``split`` along the features, then each part to heads), causal: 3 heads of 24."""
+    return CausalSelfAttention(GPT2Config(hidden=72, heads=3, max_positions=64))
 
 
 def test_remaining_axes_renumber_past_the_taken_one():
@@ -50,7 +32,7 @@ def test_remaining_axes_renumber_past_the_taken_one():
     assert remaining_axes([1, 0, 2], 2) == [1, 0]
 
 
-@pytest.mark.parametrize("module", [PermutedQKV, SplitQKV])
+@pytest.mark.parametrize("module", [_vit_attention, _gpt2_attention])
 def test_qkv_slices_fuse_with_their_permutations_and_match(module, tmp_path):
     torch.manual_seed(0)
     net = module().eval()

@@ -57,6 +57,8 @@ def expand_activations_pass():
     from tvm import relax
     from tvm.relax.expr_functor import PyExprMutator, mutator
 
+    from .rewriting import bound_call, mutate_functions
+
     @mutator
     class Expand(PyExprMutator):
         def visit_call_(self, call):
@@ -103,38 +105,26 @@ def expand_activations_pass():
 
         def _softplus_input(self, var):
             """``x`` when ``var`` is PyTorch's softplus, ``where(x > 20, x, log(exp(x) + 1))``."""
-            where = self._bound(var, "relax.where")
+            where = bound_call(self, var, "relax.where")
             if where is None:
                 return None
             cond, x, soft = where.args
-            greater = self._bound(cond, "relax.greater")
-            log = self._bound(soft, "relax.log")
-            add = self._bound(log.args[0], "relax.add") if log is not None else None
+            greater = bound_call(self, cond, "relax.greater")
+            log = bound_call(self, soft, "relax.log")
+            add = bound_call(self, log.args[0], "relax.add") if log is not None else None
             if greater is None or add is None or _scalar(greater.args[1]) != MISH_CLAMP:
                 return None
             exp_var, one = add.args
-            exp = self._bound(exp_var, "relax.exp")
+            exp = bound_call(self, exp_var, "relax.exp")
             if exp is None or _scalar(one) != 1.0 or not (greater.args[0].same_as(x)
                                                           and exp.args[0].same_as(x)):
                 return None
             return x
 
-        def _bound(self, var, op):
-            """The call bound to ``var`` if it is one of ``op``."""
-            if not isinstance(var, relax.Var):
-                return None
-            value = self.lookup_binding(var)
-            if isinstance(value, relax.Call) and getattr(value.op, "name", None) == op:
-                return value
-            return None
-
     @tvm.transform.module_pass(opt_level=0, name="tensortune.ExpandActivations")
     def expand(mod, _ctx):
         mutator_ = Expand(mod)
-        for gv, func in mod.functions_items():
-            if isinstance(func, relax.Function):
-                mutator_.builder_.update_func(gv, mutator_.visit_expr(func))
-        return mutator_.builder_.get()
+        return mutate_functions(mutator_, mod)
 
     return expand
 

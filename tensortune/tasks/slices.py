@@ -35,6 +35,8 @@ def slice_first_pass():
     from tvm import relax
     from tvm.relax.expr_functor import PyExprMutator, mutator
 
+    from .rewriting import bound_call, mutate_functions
+
     @mutator
     class SliceFirst(PyExprMutator):
         def visit_call_(self, call):
@@ -46,7 +48,7 @@ def slice_first_pass():
                 if call.attrs.mode == "fast":  # an index known only at run time: clipped
                     return relax.op.take(data, index, axis=call.attrs.axis, mode="clip")
                 return call
-            permute = self._bound(data, "relax.permute_dims")
+            permute = bound_call(self, data, "relax.permute_dims")
             source = data if permute is None else permute.args[0]
             shape = _static_shape(source)
             if not shape:
@@ -72,7 +74,7 @@ def slice_first_pass():
 
         def visit_tuple_getitem_(self, node):
             node = super().visit_tuple_getitem_(node)
-            split = self._bound(node.tuple_value, "relax.split")
+            split = bound_call(self, node.tuple_value, "relax.split")
             if split is None:
                 return node
             bounds = _split_bounds(split)
@@ -82,22 +84,11 @@ def slice_first_pass():
             return relax.op.strided_slice(split.args[0], axes=[axis], begin=[edges[node.index]],
                                           end=[edges[node.index + 1]])
 
-        def _bound(self, var, op):
-            if not isinstance(var, relax.Var):
-                return None
-            value = self.lookup_binding(var)
-            if isinstance(value, relax.Call) and getattr(value.op, "name", None) == op:
-                return value
-            return None
-
     @tvm.transform.module_pass(opt_level=0, name="tensortune.SliceFirst")
     def slice_first(mod, _ctx):
         mutator_ = SliceFirst(mod)
-        for gv, func in mod.functions_items():
-            if isinstance(func, relax.Function):
-                mutator_.builder_.update_func(gv, mutator_.visit_expr(func))
         # the permutations whose every slice moved before them are no longer used
-        return relax.transform.DeadCodeElimination()(mutator_.builder_.get())
+        return relax.transform.DeadCodeElimination()(mutate_functions(mutator_, mod))
 
     return slice_first
 
