@@ -132,6 +132,9 @@ def bench_one(name: str, args, settings: Settings, home: Path, peak: float) -> d
     s.build()
     # timed as users run it: the saved module, loaded (its kernels on tensortune's launcher)
     tuned = CompiledModel.load(s.save(), threads=threads)
+    # profiled before any peer runs in this process: the threads ONNX Runtime, OpenVINO and
+    # PyTorch leave behind distorted it (attention functions 1.4-2.1x their fresh-process times)
+    profile = profile_model(tuned, repeat=20, peak_gflops=peak).to_json()
     peers: dict[str, ModelPeer] = {"tensortune": ModelPeer("tensortune",
                                                            lambda a: tuned.run(*a))}
     peers["onnxruntime"] = onnxruntime_peer(onnx_path, threads)
@@ -158,7 +161,6 @@ def bench_one(name: str, args, settings: Settings, home: Path, peak: float) -> d
     times.update(time_interleaved({e: (lambda p=p: p.run(x)) for e, p in peers.items()
                                    if e in slow}, rounds=1, per_round=2))
     ms = {e: float(np.median(t)) * 1e3 for e, t in times.items()}
-    profile = profile_model(tuned, repeat=20, peak_gflops=peak).to_json()
     peer_ms, peer_kernels = onnxruntime_profile(onnx_path, x, threads)
     row = {"model": label, "import": "torch.export" if s.spec["source"] == "zoo" else "onnx",
            "input_shapes": [list(a.shape) for a in x],
