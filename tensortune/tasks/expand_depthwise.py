@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import strict
+from .rewriting import mutate_functions
 
 # block names the template looks for (``space.cpu_expand_depthwise``)
 POINTWISE, POINTWISE_ACT, PAD, DEPTHWISE = "tt_pointwise", "tt_pointwise_act", "tt_pad", "tt_depthwise"
@@ -176,18 +177,13 @@ def expand_depthwise_pass(min_bytes: int = DEFAULT_MIN_BYTES):
 
     @tvm.transform.module_pass(opt_level=0, name="TensortuneExpandDepthwise")
     def apply(mod, _ctx):
-        rewriter, failed = None, []
-        for gv, func in list(mod.functions.items()):
-            if isinstance(func, relax.Function):
-                rewriter = rewriter or Rewriter(mod, _use_counts(mod), failed)
-                rewriter.builder_.update_func(gv, rewriter.visit_expr(func))
-        if rewriter is None:
-            return mod
+        failed: list = []
+        out = mutate_functions(Rewriter(mod, _use_counts(mod), failed), mod)
         if failed:
             from .winograd import describe_conv, warn_skipped
 
             warn_skipped(REWRITE, [describe_conv(c) for c, _ in failed], failed[0][1])
-        return relax.transform.DeadCodeElimination()(rewriter.builder_.get())
+        return relax.transform.DeadCodeElimination()(out)
 
     return apply
 

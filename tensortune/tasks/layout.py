@@ -29,6 +29,8 @@ import warnings
 
 import numpy as np
 
+from .rewriting import mutate_functions
+
 LAYOUTS = ("nhwc", "nchw")
 DEFAULT_LAYOUT = "nhwc"
 REWRITE = "NHWC layout conversion"
@@ -169,11 +171,7 @@ def _hide(mod, numbers: set, seen=None):
             return relax.op.call_pure_packed(f"{_HIDDEN}{len(originals) - 1}", *call.args,
                                              ty_args=call.ty)
 
-    hide = Hide(mod)
-    for gv, func in list(mod.functions.items()):
-        if isinstance(func, relax.Function):
-            hide.builder_.update_func(gv, hide.visit_expr(func))
-    return hide.builder_.get(), originals
+    return mutate_functions(Hide(mod), mod), originals
 
 
 def _restore(mod, originals: list):
@@ -197,11 +195,7 @@ def _restore(mod, originals: list):
             return relax.Call(original.op, list(call.args[1:]), original.attrs,
                               original.ty_args)
 
-    restore = Restore(mod)
-    for gv, func in list(mod.functions.items()):
-        if isinstance(func, relax.Function):
-            restore.builder_.update_func(gv, restore.visit_expr(func))
-    return restore.builder_.get()
+    return mutate_functions(Restore(mod), mod)
 
 
 def transposed_convolutions():

@@ -193,12 +193,9 @@ def winograd_pass(tile: int | None = None, min_channels: int = 32):
 def rewrite_functions(mod, rewriter, failed: list, rewrite: str):
     """Every Relax function of ``mod`` through ``rewriter`` (whose builder collects the new
     PrimFuncs beside); the calls in ``failed`` (call, error) are named in one warning."""
-    from tvm import relax
+    from .rewriting import mutate_functions
 
-    for gv, func in list(mod.functions.items()):
-        if isinstance(func, relax.Function):
-            rewriter.builder_.update_func(gv, rewriter.visit_expr(func))
-    out = rewriter.builder_.get()
+    out = mutate_functions(rewriter, mod)
     if failed:
         warn_skipped(rewrite, [describe_conv(c) for c, _ in failed], failed[0][1])
         # a transform emitted before the error would otherwise run for nothing
