@@ -18,6 +18,7 @@ import json
 import logging
 import math
 import os
+import statistics
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -58,9 +59,12 @@ class Record:
     verified: bool
     ts: float
     device: str = "local"  # where it was timed: "local" or an RPC device's name
+    # a confirming timing of a config measured before (``tasks.confirm``): a task that has
+    # them is ranked by their median alone (``best_record``)
+    confirm: bool = False
 
     @staticmethod
-    def from_measure(inp: MeasureInput, res: MeasureResult) -> "Record":
+    def from_measure(inp: MeasureInput, res: MeasureResult, confirm: bool = False) -> "Record":
         """The record of one measurement; a result without timestamp is stamped now."""
         return Record(
             task_key=inp.task.key, workload=inp.task.workload, target=dict(inp.task.target),
@@ -68,15 +72,17 @@ class Record:
             costs=tuple(float(c) for c in res.costs), error=ErrorKind(res.error),
             message=res.message[:MESSAGE_MAX], build_s=float(res.build_s), run_s=float(res.run_s),
             verified=bool(res.verified), ts=float(res.timestamp or time.time()),
-            device=res.device or "local")
+            device=res.device or "local", confirm=confirm)
 
     def to_json(self) -> dict:
+        extra = {"confirm": True} if self.confirm else {}  # older readers never see the key
         return {
             "v": SCHEMA_VERSION, "task": self.task_key, "workload": self.workload.to_dict(),
             "workload_key": self.workload.key, "target": self.target, "template": self.template,
             "tvm": self.tvm, "config": self.config.to_json(), "costs": list(self.costs),
             "error": self.error.value, "message": self.message, "build_s": self.build_s,
             "run_s": self.run_s, "verified": self.verified, "ts": self.ts, "device": self.device,
+            **extra,
         }
 
     @staticmethod
@@ -110,7 +116,8 @@ class Record:
             costs=tuple(float(c) for c in costs), error=error, message=_typed(obj, "message", str),
             build_s=float(_number(obj, "build_s")), run_s=float(_number(obj, "run_s")),
             verified=_typed(obj, "verified", bool), ts=float(_number(obj, "ts")),
-            device=_typed(obj, "device", str) if "device" in obj else "local")
+            device=_typed(obj, "device", str) if "device" in obj else "local",
+            confirm=_typed(obj, "confirm", bool) if "confirm" in obj else False)
 
     @property
     def ok(self) -> bool:
@@ -179,9 +186,9 @@ class RecordWriter:
         # interleaves inside a line, and nothing already in the file is touched.
         self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
-    def append(self, inp: MeasureInput, res: MeasureResult) -> Record:
-        """Write one measurement and return its record."""
-        record = Record.from_measure(inp, res)
+    def append(self, inp: MeasureInput, res: MeasureResult, confirm: bool = False) -> Record:
+        """Write one measurement (``confirm``: a confirming timing) and return its record."""
+        record = Record.from_measure(inp, res, confirm)
         self.write(record)
         if not self.copy:
             self.trials += 1
@@ -310,8 +317,17 @@ def measured_configs(records: Iterable[Record], task: Task) -> set[Config]:
 
 
 def best_record(records: Iterable[Record], task: Task) -> Record | None:
-    """The error-free record of ``task`` with the lowest mean cost (the first one on ties)."""
+    """The error-free record of ``task`` with the lowest cost (the first one on ties); where
+    ``task`` has confirming records, the median one of the config whose confirming timings
+    have the lowest median."""
     ok = [r for r in records_for(records, task) if r.ok]
+    confirmed: dict[Config, list[Record]] = {}
+    for r in ok:
+        if r.confirm:
+            confirmed.setdefault(r.config, []).append(r)
+    if confirmed:
+        group = min(confirmed.values(), key=lambda rs: statistics.median(r.cost for r in rs))
+        return sorted(group, key=lambda r: r.cost)[(len(group) - 1) // 2]
     return min(ok, key=lambda r: r.cost) if ok else None
 
 

@@ -31,6 +31,12 @@ class MeasureSettings:
     repeat: int = 3
     min_repeat_ms: int = 40
     warmup: int = 1
+    # a model's function whose weights are constants is timed as the model runs it: its
+    # weights flushed from the caches before each of cold_repeat single calls (BERT-base's
+    # second FFN layer ran 10% slower in the model than warm in the tuner, and the configs
+    # ranked differently cold; docs/benchmarks.md)
+    cold_weights: bool = True
+    cold_repeat: int = 15
     verify: str = "all"  # "all": check every candidate against numpy; "best": only new bests
     rtol: float = 1e-3
     atol: float = 1e-3
@@ -69,6 +75,13 @@ class SearchSettings:
     # measure the template's expert starting points first (``space.seeds``); off reproduces
     # AutoTVM's cold start from random configs
     seeds: bool = True
+    # after a model's tuning, the confirm_top best configs of each task that takes part in
+    # confirm_share of its tuned latency are timed again confirm_rounds times in turn, and the
+    # steadiest is kept (``tasks.confirm``: a task's recorded best is its luckiest timing);
+    # 0 rounds: the recorded best as it is
+    confirm_top: int = 4
+    confirm_rounds: int = 3
+    confirm_share: float = 0.8
     # options of strategies that declare their own (``search.STRATEGIES[name].options``), by
     # strategy: {"hill": {"climbers": 4}}; set them with ``STRATEGIES[name].configure``
     # (checked against the registry by ``tuner.make_loop`` and each strategy as it reads them:

@@ -383,3 +383,42 @@ def test_kernel_threads_stay_on_the_cores_their_process_was_given(tmp_path):
     core, threads, allowed = int(out[0]), int(out[1]), out[2].strip()
     assert threads >= 2  # the pool started its worker
     assert allowed == f"[{core}]"
+
+
+def test_a_models_function_with_constant_weights_is_timed_cold_one_call_a_repeat(builder, good):
+    """A function whose weights are a model's constants (Relax's ``layout_free_buffers``) is
+    timed as a model runs it: TVM's flush of every argument but the first before each single
+    call, ``cold_repeat`` times; an operator, a weight read first, or ``cold_weights=False``
+    keep the warm timing."""
+    import dataclasses
+
+    from tensortune.measure.runner import times_cold, timing_job
+    from tensortune.space import task_seeds
+    from tensortune.workload import PrimFuncWorkload
+
+    from tvm import te
+
+    a, b = te.placeholder((32, 32), name="A"), te.placeholder((32, 32), name="B")
+    k = te.reduce_axis((0, 32), name="k")
+    c = te.compute((32, 32), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="C")
+    func = te.create_prim_func([a, b, c])
+    weights = PrimFuncWorkload.from_prim_func(func.with_attr("layout_free_buffers", [1]))
+    table_first = PrimFuncWorkload.from_prim_func(func.with_attr("layout_free_buffers", [0]))
+    assert weights.constant_inputs == (1,) and table_first.constant_inputs == (0,)
+    assert good.task.workload.constant_inputs == ()
+    settings = dataclasses.replace(SETTINGS, cold_repeat=5)
+    task = Task(weights, good.task.target)
+    cold = MeasureInput(task, task_seeds(task, task_space(task))[0])
+    assert times_cold(cold, settings)
+    assert timing_job(cold, settings)["preproc"] == "cache_flush_cpu_non_first_arg"
+    assert not times_cold(MeasureInput(Task(table_first, good.task.target), cold.config),
+                          settings)
+    assert not times_cold(good, settings)
+    assert not times_cold(cold, dataclasses.replace(settings, cold_weights=False))
+
+    (build,) = builder.build([cold])
+    assert build.error is ErrorKind.NONE, build.message
+    with LocalRunner(settings) as runner:
+        (result,) = runner.run([cold], [build])
+    assert result.ok and result.verified, result.message
+    assert len(result.costs) == 5 and all(c > 0 for c in result.costs)

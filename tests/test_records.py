@@ -205,3 +205,29 @@ def test_a_model_build_takes_the_best_record_that_still_fits_the_space(tmp_path,
         writer.append(MeasureInput(TASK, configs[2]), ok(2e-3))
     assert best_record(load_records(path), TASK).config == stale
     assert best_records_of(path, [TASK])[TASK.key].config == configs[2]
+
+
+def test_confirming_timings_decide_the_best_by_their_median(tmp_path, configs):
+    """A config whose one first timing was lucky loses to one that stays fast when both are
+    timed again (``tasks.confirm``); the record handed back is its median timing, and a
+    log without confirming records still gives the plain lowest cost."""
+    path = tmp_path / "log.jsonl"
+    lucky, steady = MeasureInput(TASK, configs[0]), MeasureInput(TASK, configs[1])
+    with RecordWriter(path) as writer:
+        writer.append(lucky, ok(1.0e-3))
+        writer.append(steady, ok(1.1e-3))
+    assert best_from_log(path, TASK).config == configs[0]
+    with RecordWriter(path) as writer:
+        for a, b in ((1.3e-3, 1.15e-3), (1.25e-3, 1.1e-3), (1.2e-3, 1.2e-3)):
+            writer.append(lucky, ok(a), confirm=True)
+            writer.append(steady, ok(b), confirm=True)
+    records = load_records(path)
+    assert [r.confirm for r in records] == [False, False] + [True] * 6
+    best = best_record(records, TASK)
+    assert best.config == configs[1] and best.confirm and best.cost == pytest.approx(1.15e-3)
+    # the key is written only when set: a log of first timings reads as it always did
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert "confirm" not in lines[0] and lines[2]["confirm"] is True
+    lines[2]["confirm"] = "yes"
+    with pytest.raises(ValueError, match="confirm"):
+        Record.from_json(lines[2])

@@ -117,3 +117,41 @@ def test_a_task_another_job_holds_is_left_to_it_and_freed_when_that_job_ends():
     assert claims.holders([t.key for _, t, _ in TASKS], "job-2") == {}
     third = make_scheduler("round-robin", claims=claims.for_owner("job-3")).run(12)
     assert third.trials == 12 and not third.skipped
+
+
+def test_confirmation_takes_the_heaviest_tasks_best_distinct_configs_and_times_them_in_turn(
+        tmp_path):
+    """``tasks.confirm``: the tasks making up ``confirm_share`` of weight x best cost, each
+    with its ``confirm_top`` best distinct first-timed configs, built once and timed once a
+    round, every timing recorded as confirming."""
+    from tensortune.measure import MeasureInput
+    from tensortune.records import RecordWriter, load_records
+    from tensortune.tasks.confirm import candidates, confirm_stages
+
+    spaces = {name: task_space(task) for name, task, _ in TASKS}
+    costs = {"a": 8.0, "b": 1.0, "c": 1.0}  # a: 80% of the weighted latency
+    path = tmp_path / "log.jsonl"
+    with RecordWriter(path) as writer:
+        for name, task, _ in TASKS:
+            for i in range(6):
+                cfg = spaces[name].get(i)
+                writer.append(MeasureInput(task, cfg), MeasureResult((costs[name] + i,)))
+            # a config timed twice is one candidate
+            writer.append(MeasureInput(task, spaces[name].get(0)), MeasureResult((costs[name],)))
+    search = SearchSettings(confirm_top=3, confirm_rounds=2, confirm_share=0.8)
+    chosen = candidates(TASKS, load_records(path), search)
+    assert [c.name for c in chosen] == ["a"]
+    assert chosen[0].configs == tuple(spaces["a"].get(i) for i in range(3))
+    assert [c.name for c in candidates(TASKS, load_records(path),
+                                       SearchSettings(confirm_share=0.95))] == ["a", "b", "c"]
+    assert candidates(TASKS, load_records(path), SearchSettings(confirm_rounds=0)) == []
+
+    runner = ReplayRunner(lambda cfg: 1.0)
+    with RecordWriter(path) as writer:
+        groups, timed = drive_groups(
+            confirm_stages(chosen, search.confirm_rounds,
+                           lambda inp, res: writer.append(inp, res, confirm=True)),
+            FakeBuilder(), runner)
+    assert [g[0].kind for g in groups] == ["build", "measure", "measure"] and timed == 6
+    confirming = [r for r in load_records(path) if r.confirm]
+    assert len(confirming) == 6 and {r.config for r in confirming} == set(chosen[0].configs)

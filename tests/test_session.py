@@ -1,12 +1,15 @@
 """The facade end to end on a tiny model: import, tune, build, save, load, run, evaluate."""
 from __future__ import annotations
 
+import json
+from collections import Counter
 
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 
+from tensortune.records import load_records  # noqa: E402
 from tensortune.session import Session, SessionError, list_runs  # noqa: E402
 from tensortune.settings import MeasureSettings, SearchSettings, Settings  # noqa: E402
 
@@ -53,6 +56,12 @@ def test_tune_build_save_load_run_matches_pytorch_and_second_run_is_warm(setting
     budget = 4 * len(tunable)  # a batch each: every task ends "well tuned" for its share
     result = s.tune(budget, scheduler="round-robin")
     assert result.trials == budget
+    # then the heaviest tasks' best configs were timed three times more, each in every round
+    confirming = [r for r in load_records(s.run_dir / "log.jsonl") if r.confirm]
+    assert result.confirmed == len(confirming) > 0
+    per_config = Counter((r.task_key, r.config) for r in confirming)
+    assert set(per_config.values()) == {settings.search.confirm_rounds}
+    assert json.loads((s.run_dir / "run.json").read_text())["confirmed"] == result.confirmed
     s.build()
     out = s.run(inputs[0].numpy())
     np.testing.assert_allclose(out[0], expected, rtol=1e-3, atol=1e-3)
@@ -71,7 +80,7 @@ def test_tune_build_save_load_run_matches_pytorch_and_second_run_is_warm(setting
     # the same model again: its tasks are already tuned (each got its share), so nothing runs
     again = Session.from_torch(module, inputs, name="tiny", settings=settings)
     second = again.tune(budget, scheduler="round-robin")
-    assert second.trials == 0 and len(second.skipped) == len(tunable)
+    assert second.trials == 0 and len(second.skipped) == len(tunable) and second.confirmed == 0
     again.build()
     np.testing.assert_allclose(again.run(inputs[0].numpy())[0], expected, rtol=1e-3, atol=1e-3)
 

@@ -54,6 +54,11 @@ def tune_model(
                                       "per group vectorized along the image row (nhwc)"),
     slice_first: bool = typer.Option(True, help="attention's Q, K, V sliced out of one "
                                      "projection before their permutation (one copy each)"),
+    cold_weights: bool = typer.Option(True, help="time a function with its constant weights "
+                                      "flushed from the caches before each call, as in the model"),
+    confirm_rounds: int = typer.Option(3, min=0, help="time each heavy task's best four configs "
+                                       "this many times more after the search and keep the "
+                                       "steadiest (0: the best first timing)"),
     compare: bool = typer.Option(True, help="also time PyTorch eager and the untuned build"),
     as_json: bool = typer.Option(False, "--json", help="end with one JSON summary line on stdout"),
 ):
@@ -65,7 +70,11 @@ def tune_model(
     from ..zoo import ZOO
 
     _check_options(scheduler, tuner, cost_model, hardware_free, verify_top, effort)
-    settings = dataclasses.replace(Settings.from_env(), seed=seed)
+    settings = Settings.from_env()
+    settings = dataclasses.replace(
+        settings, seed=seed,
+        measure=dataclasses.replace(settings.measure, cold_weights=cold_weights),
+        search=dataclasses.replace(settings.search, confirm_rounds=confirm_rounds))
     try:
         if records is not None and (hardware_free or not records.is_file()):
             raise ValueError(f"--records {records}: " + ("tunes nothing, so not with "
@@ -331,8 +340,11 @@ def _tune_measured(session, tunable, trials, scheduler, tuner, cost_model) -> di
                               cost_model=cost_model)
     for name, why in result.skipped.items():
         console.print(f"  skipped {name}: {why}")
+    if result.confirmed:
+        console.print(f"  confirmed the heavy tasks' best configs: {result.confirmed} timings")
     # every timed candidate was compiled once to be timed
-    return {"trials": result.trials, "compiled": result.trials, "timed": result.trials}
+    return {"trials": result.trials, "compiled": result.trials, "timed": result.trials,
+            "confirmed": result.confirmed}
 
 
 def _tune_hardware_free(session, verify_top: int, effort: str = "full") -> dict:

@@ -33,7 +33,8 @@ from dataclasses import dataclass
 from ..settings import MeasureSettings
 from .model_timing import LIBRARY, model_arrays, time_main
 from .pool import JobFailure, WorkerPool
-from .runner import MODEL_TIMEOUT_S, _data, _load_runtime, _prepacked, _to_result
+from .runner import (MODEL_TIMEOUT_S, _data, _load_runtime, _prepacked, _to_result, evaluator,
+                     timing_job)
 from .types import BuildResult, ErrorKind, MeasureInput, MeasureResult
 
 UNAVAILABLE, LOST = "unavailable", "lost"  # worker replies that are not a candidate's result
@@ -98,8 +99,7 @@ class RPCRunner:
                 continue
             job = {"device": self.device.__dict__, "session": self._token, "path": build.path,
                    "workload": inp.task.workload.to_dict(), "seed": self.seed,
-                   "prepack": build.prepack, "warmup": s.warmup, "number": s.number,
-                   "repeat": s.repeat, "min_repeat_ms": s.min_repeat_ms, "verify": bool(check),
+                   "prepack": build.prepack, **timing_job(inp, s), "verify": bool(check),
                    "rtol": s.rtol, "atol": s.atol, "threads": s.threads}
             results.append(self._time(job, build.build_s))
         return results
@@ -220,8 +220,7 @@ def _run_remote(job: dict):
         out = tvm.runtime.tensor(np.zeros(out_shape, workload.dtype), dev)
         for _ in range(job["warmup"]):
             lib["main"](*args, out)
-        timer = lib.time_evaluator("main", dev, number=job["number"], repeat=job["repeat"],
-                                   min_repeat_ms=job["min_repeat_ms"])
+        timer = evaluator(lib, dev, job)
         costs = tuple(float(c) for c in timer(*args, out).results)
         if not job["verify"]:
             return ErrorKind.NONE.value, costs, False, "", None

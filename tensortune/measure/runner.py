@@ -25,6 +25,34 @@ class Runner(Protocol):
 
 
 MODEL_TIMEOUT_S = 900.0  # a whole model's timing: repeats of a slow network, its upload
+# TVM's own step before each repeat: clflush every argument but the first (AutoTVM's and
+# MetaSchedule's enable_cpu_cache_flush); it exists on an RPC server as well
+FLUSH_BUT_FIRST = "cache_flush_cpu_non_first_arg"
+
+
+def times_cold(inp: MeasureInput, settings: MeasureSettings) -> bool:
+    """Whether ``inp`` is timed with its weights flushed before each call: a CPU function of a
+    model whose weights were last read a whole network ago. TVM's flush spares the first
+    argument only, so a function that reads a weight first (an embedding's take) stays warm."""
+    constants = inp.task.workload.constant_inputs
+    return (settings.cold_weights and inp.task.target.get("kind") == "llvm"
+            and bool(constants) and 0 not in constants)
+
+
+def timing_job(inp: MeasureInput, settings: MeasureSettings) -> dict:
+    """How a worker times ``inp``: warm, ``number`` calls a repeat, or cold, one call a repeat."""
+    s = settings
+    if times_cold(inp, s):
+        return {"warmup": s.warmup, "number": 1, "repeat": s.cold_repeat, "min_repeat_ms": 0,
+                "preproc": FLUSH_BUT_FIRST}
+    return {"warmup": s.warmup, "number": s.number, "repeat": s.repeat,
+            "min_repeat_ms": s.min_repeat_ms, "preproc": ""}
+
+
+def evaluator(fn, dev, job: dict):
+    """``fn``'s time evaluator for a ``timing_job``."""
+    return fn.time_evaluator("main", dev, number=job["number"], repeat=job["repeat"],
+                             min_repeat_ms=job["min_repeat_ms"], f_preproc=job["preproc"])
 
 
 def use_threads(threads: int) -> None:
@@ -77,8 +105,7 @@ def _run_one(job: dict) -> tuple[str, tuple[float, ...], bool, str, float | None
     out = tvm.runtime.tensor(np.zeros(out_shape, workload.dtype), dev)
     for _ in range(job["warmup"]):
         fn["main"](*args, out)
-    timer = fn.time_evaluator("main", dev, number=job["number"], repeat=job["repeat"],
-                              min_repeat_ms=job["min_repeat_ms"])
+    timer = evaluator(fn, dev, job)
     before = _cpu_clocks(job.get("cpus"))
     costs = tuple(float(c) for c in timer(*args, out).results)
     busy = contention(before, _cpu_clocks(job.get("cpus")))
@@ -180,10 +207,8 @@ class LocalRunner:
                                              build_s=build.build_s, timestamp=time.time()))
                 continue
             job = {"path": build.path, "workload": inp.task.workload.to_dict(), "seed": self.seed,
-                   "prepack": build.prepack,
-                   "warmup": s.warmup, "number": s.number, "repeat": s.repeat,
-                   "min_repeat_ms": s.min_repeat_ms, "verify": bool(check), "rtol": s.rtol,
-                   "atol": s.atol, "cpus": self.cpus}
+                   "prepack": build.prepack, **timing_job(inp, s), "verify": bool(check),
+                   "rtol": s.rtol, "atol": s.atol, "cpus": self.cpus}
             results.append(self._time(job, build.build_s))
         return results
 

@@ -1,5 +1,8 @@
 """The records index: each task's best record, looked up by exact target, then by family.
 
+Confirming timings (``tasks.confirm``) are kept apart; a task that has them is served the
+config whose confirming timings have the lowest median, as ``records.best_record`` picks it.
+
 The records file (``records.jsonl``, append only) stays the truth; the index follows it from
 the byte offset it reached last (``sync``), so a crash between the two loses nothing: the
 next sync reads the lines it missed. A task's *family* is its workload, template and TVM
@@ -83,12 +86,18 @@ class RecordsIndex:
             return  # the tuner's loader reports corrupt lines; the index skips them
         if not record.ok:
             return
+        if record.confirm:  # ranks its task's configs where it has such timings
+            self.store.put_confirmation(record.task_key, json.dumps(record.config.to_json(),
+                                                                    sort_keys=True),
+                                        record.cost, obj)
+            return
         family = family_key(record.workload.key, record.template, record.tvm, record.target)
         self.store.put_best(record.task_key, family, record.cost, obj)
 
     def best(self, task: Task) -> Best | None:
-        """``task``'s best known config: its own record, else its family's fastest."""
-        found = self.store.best_exact(task.key)
+        """``task``'s best known config: its own records' (the steadiest of its confirmed
+        configs where it has confirming timings), else its family's fastest."""
+        found = self.store.best_confirmed(task.key) or self.store.best_exact(task.key)
         match = "exact"
         if found is None:
             found = self.store.best_family(family_key(task.workload.key, task.template,

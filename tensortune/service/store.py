@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import statistics
 import threading
 import time
 from pathlib import Path
@@ -55,6 +56,13 @@ CREATE TABLE IF NOT EXISTS records_index (
     record TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS records_family ON records_index (family, cost);
+CREATE TABLE IF NOT EXISTS confirmations (  -- confirming timings (tasks.confirm)
+    task_key TEXT NOT NULL,
+    config TEXT NOT NULL,          -- the config as canonical JSON
+    cost REAL NOT NULL,
+    record TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS confirmations_task ON confirmations (task_key, config);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 
@@ -166,6 +174,27 @@ class Store:
                 "ON CONFLICT(task_key) DO UPDATE SET cost = excluded.cost, "
                 "record = excluded.record WHERE excluded.cost < records_index.cost",
                 (task_key, family, cost, json.dumps(record)))
+
+    def put_confirmation(self, task_key: str, config: str, cost: float, record: dict) -> None:
+        """Add one confirming timing of ``config`` (canonical JSON) of a task."""
+        with self._lock:
+            self._db.execute("INSERT INTO confirmations (task_key, config, cost, record) "
+                             "VALUES (?,?,?,?)", (task_key, config, cost, json.dumps(record)))
+
+    def best_confirmed(self, task_key: str) -> tuple[float, dict] | None:
+        """The median confirming timing of the task's config whose confirming timings have
+        the lowest median (``records.best_record``'s rule), with its record; None without."""
+        with self._lock:
+            rows = self._db.execute("SELECT config, cost, record FROM confirmations WHERE "
+                                    "task_key = ? ORDER BY config, cost", (task_key,)).fetchall()
+        groups: dict[str, list] = {}
+        for row in rows:
+            groups.setdefault(row["config"], []).append(row)
+        if not groups:
+            return None
+        group = min(groups.values(), key=lambda g: statistics.median(r["cost"] for r in g))
+        middle = group[(len(group) - 1) // 2]
+        return middle["cost"], json.loads(middle["record"])
 
     def best_exact(self, task_key: str) -> tuple[float, dict] | None:
         with self._lock:

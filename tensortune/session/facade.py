@@ -365,6 +365,7 @@ class Session:
         return {"run_id": self.run_id, "spec": self.spec, "target": self.target,
                 "created": self.run_id[:15], "stages": self.stages, "tasks": tasks,
                 "trials": self.schedule.trials if self.schedule else 0,
+                "confirmed": self.schedule.confirmed if self.schedule else 0,
                 "skipped": self.schedule.skipped if self.schedule else {},
                 "results": self.results}
 

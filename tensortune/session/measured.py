@@ -1,13 +1,16 @@
-"""The measured tuning stage: a model's tunable tasks under the task scheduler, as stage
-requests (``tuner.stages``), every measurement appended to the run's log and the shared records."""
+"""The measured tuning stage: a model's tunable tasks under the task scheduler, then its heavy
+tasks' best configs confirmed (``tasks.confirm``), as stage requests (``tuner.stages``), every
+measurement appended to the run's log and the shared records."""
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
 from ..records import RecordWriter, load_records
 from ..settings import Settings
 from ..space import task_seeds, task_space
+from ..tasks.confirm import candidates, confirm_stages
 from ..tasks.scheduler import TaskScheduler, history_by_task
 from ..tuner import make_loop
 from .runs import task_label
@@ -37,7 +40,17 @@ def tune_measured(tasks: list, settings: Settings, run_log: Path, records_path: 
             lambda task: _loop(task, settings, tuner, features, cost_model),
             history=history, callbacks=callbacks, strategy=scheduler, well_tuned=well_tuned,
             seed=settings.seed, claims=claims)
-        return (yield from sched.stages(trials, on_step))
+        schedule = yield from sched.stages(trials, on_step)
+        # the records as written (this run's and earlier ones), for each task's best few
+        # (those of this run's tasks that it tuned: a skipped one was confirmed before)
+        tuned = [(task_label(t), t.task, t.weight) for t in tasks
+                 if task_label(t) not in schedule.skipped]
+        chosen = candidates(tuned, load_records(records_path), settings.search)
+        confirmed = yield from confirm_stages(
+            chosen, settings.search.confirm_rounds,
+            lambda inp, res: (log.append(inp, res, confirm=True),
+                              shared.append(inp, res, confirm=True)))
+        return dataclasses.replace(schedule, confirmed=confirmed)
     finally:
         log.close()
         shared.close()

@@ -53,6 +53,7 @@ class ScheduleResult:
     trials: int
     tune_s: float
     order: list[str]  # the task measured at each step
+    confirmed: int = 0  # confirming timings made after the search (``tasks.confirm``)
 
 
 class TaskScheduler:

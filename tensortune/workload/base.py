@@ -54,6 +54,12 @@ class Workload(abc.ABC):
         """How many of the function's last parameters are outputs."""
         return 1
 
+    @property
+    def constant_inputs(self) -> tuple[int, ...]:
+        """Positions of the inputs that are a model's constant weights; none for an operator,
+        whose inputs are all the caller's."""
+        return ()
+
     def describe(self) -> str:
         inner = ", ".join(f"{k}={v}" for k, v in self.params().items() if k != "dtype")
         return f"{self.op}({inner})"

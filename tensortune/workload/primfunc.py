@@ -73,6 +73,14 @@ def _param_names(script: str) -> tuple[str, ...]:
     return tuple(str(p.name) for p in _parse(script).params)
 
 
+@functools.lru_cache(maxsize=256)
+def _layout_free(script: str) -> tuple[int, ...]:
+    attrs = _parse(script).attrs
+    if attrs is None or "layout_free_buffers" not in attrs:
+        return ()
+    return tuple(sorted(int(i) for i in attrs["layout_free_buffers"]))
+
+
 def canonical(func):
     """``func`` without a global symbol: what a workload stores and what its key hashes."""
     if func.attrs is not None and "global_symbol" in func.attrs:
@@ -181,6 +189,12 @@ class PrimFuncWorkload(Workload):
     @property
     def outputs(self) -> int:
         return self.num_outputs
+
+    @property
+    def constant_inputs(self) -> tuple[int, ...]:
+        """The parameters Relax marked ``layout_free_buffers``: those bound to the model's
+        constants."""
+        return _layout_free(self.script)
 
     def build_te(self):
         raise WorkloadError("a primfunc workload has no TE definition; use prim_func()")

@@ -81,6 +81,8 @@ def test_tune_model_compares_with_onnxruntime_and_hardware_free_times_nothing(tm
     assert res.exit_code == 0, res.output
     summary = json.loads(res.output.strip().splitlines()[-1])
     assert summary["trials"] == summary["timed"] == 8
+    # the heavy tasks' best configs timed again after the search (tasks.confirm)
+    assert summary["confirmed"] > 0 and "confirmed the heavy tasks' best" in res.output
     assert summary["onnxruntime_ms"] > 0 and summary["untuned_ms"] > 0
     assert "ONNX Runtime" in res.output
     assert summary["default_functions"] == [] and "none on TVM's default" in res.output

@@ -68,3 +68,26 @@ def test_the_index_follows_the_records_and_looks_up_exact_then_family(tmp_path):
     assert index.sync() == 1
     got = index.best(spr)
     assert (got.config, got.match) == (a, "exact")
+
+
+def test_the_index_serves_the_steadiest_confirmed_config_as_the_tuner_builds_it(tmp_path):
+    """Confirming timings (``tasks.confirm``) outrank a lucky first timing in the index as in
+    ``records.best_record``, and survive a new connection."""
+    from tensortune.records import best_record, load_records
+
+    zen4 = _task("znver4")
+    lucky, steady = _configs(zen4, 2)
+    records = tmp_path / "records.jsonl"
+    index = RecordsIndex(Store(tmp_path / "s.db"), records)
+    with RecordWriter(records) as w:
+        w.append(MeasureInput(zen4, lucky), MeasureResult((1.0e-6,)))
+        w.append(MeasureInput(zen4, steady), MeasureResult((1.1e-6,)))
+        for a, b in ((1.3e-6, 1.15e-6), (1.2e-6, 1.1e-6), (1.25e-6, 1.2e-6)):
+            w.append(MeasureInput(zen4, lucky), MeasureResult((a,)), confirm=True)
+            w.append(MeasureInput(zen4, steady), MeasureResult((b,)), confirm=True)
+    assert index.sync() == 8
+    best = index.best(zen4)
+    assert (best.config, best.cost, best.match) == (steady, 1.15e-6, "exact")
+    assert best.config == best_record(load_records(records), zen4).config
+    again = RecordsIndex(Store(tmp_path / "s.db"), records)
+    assert again.best(zen4).config == steady
