@@ -124,10 +124,11 @@ def bench_one(name: str, args, settings: Settings, home: Path, peak: float) -> d
     threads = settings.measure.threads
     s, x, module, onnx_path = session_for(name, args, settings, home)
     label = Path(name).stem
-    trials, tune_s = 0, None
+    trials, confirmed, tune_s = 0, 0, None
     if not args.reuse:
         start = time.perf_counter()
-        trials = s.tune(args.trials, on_step=deadline_step(args.tune_minutes)).trials
+        schedule = s.tune(args.trials, on_step=deadline_step(args.tune_minutes))
+        trials, confirmed = schedule.trials, schedule.confirmed
         tune_s = time.perf_counter() - start
     s.build()
     # timed as users run it: the saved module, loaded (its kernels on tensortune's launcher)
@@ -165,6 +166,7 @@ def bench_one(name: str, args, settings: Settings, home: Path, peak: float) -> d
     row = {"model": label, "import": "torch.export" if s.spec["source"] == "zoo" else "onnx",
            "input_shapes": [list(a.shape) for a in x],
            "tasks": len([t for t in s.extract() if t.tunable]), "trials": trials,
+           "confirmed": confirmed,
            "tune_s": tune_s, "import_s": s.stages.get("import"), "ms": ms,
            "spread": {e: [min(t) * 1e3, max(t) * 1e3] for e, t in times.items()},
            "build_s": {e: p.build_s for e, p in peers.items()}, "max_error": errors,

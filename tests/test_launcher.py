@@ -113,7 +113,7 @@ def test_a_tuning_candidate_is_timed_on_the_launcher():
         kind, costs, verified, message, _ = _run_one({
             "path": build.path, "workload": task.workload.to_dict(), "seed": 0,
             "prepack": build.prepack, "warmup": 1, "number": 2, "repeat": 2, "min_repeat_ms": 1,
-            "verify": True, "rtol": 1e-4, "atol": 1e-4, "cpus": None})
+            "preproc": "", "verify": True, "rtol": 1e-4, "atol": 1e-4, "cpus": None})
         assert (kind, verified) == (ErrorKind.NONE.value, True), message
         assert len(costs) == 2 and min(costs) > 0
         assert launcher.launches() > before, "the candidate's kernel kept TVM's pool"

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..measure.rpc_runner import DeviceUnavailable
-from ..tuner.stages import BUILD, MEASURE, WAIT, Stage, StageGen
+from ..tuner.stages import BUILD, MEASURE, WAIT, Stage, StageGen, counts_as_trials
 from .devices import Resources, why_none_serves
 
 POLICIES = ("load-aware", "sequential", "concurrent")
@@ -347,7 +347,7 @@ class StageScheduler:
                           "" if error is None else type(error).__name__, nodes)
             self.events.append(event)
             job.served_s += end - start
-            if stage.kind == MEASURE and error is None:
+            if counts_as_trials(stage.kind, stage.task) and error is None:
                 job.trials += stage.size
             if self.on_event:
                 self.on_event("end", job, event)

@@ -20,7 +20,7 @@ from ..orchestrate.devices import open_resources, why_none_serves
 from ..orchestrate.scheduler import Job, StageScheduler
 from ..settings import Settings
 from ..tasks.claims import TaskClaims
-from ..tuner.stages import BUILD, MEASURE, WAIT
+from ..tuner.stages import BUILD, MEASURE, WAIT, counts_as_trials
 from .index import RecordsIndex
 from .job import ARTIFACT, MODEL_FILE, JobPlan, job_stages
 from .store import LIVE, Store
@@ -221,7 +221,7 @@ class TuningService:
                 why = next((d.down for d in self.resources.devices if d.name == info.resource), "")
                 self.store.add_event(job.name, "device_down", {"device": info.resource,
                                                                "why": why[:500]})
-            if info.kind == MEASURE and info.task != "time model" and not info.error:
+            if counts_as_trials(info.kind, info.task) and not info.error:
                 self.store.add_trials(job.name, info.size)
                 with self._counting:
                     self.trials_total += info.size

@@ -29,7 +29,7 @@ from ..session import task_label
 from ..settings import Settings
 from ..tasks.claims import SHARED, Claimant
 from ..tuner.stages import (BUILD_MODEL, EXTRACT, IMPORT, MEASURE, PACK, PREDICT, SYNC_RECORDS,
-                             WAIT, Stage)
+                             TIME_MODEL, WAIT, Stage)
 from .index import RecordsIndex
 from .store import Store
 
@@ -211,13 +211,13 @@ def _hardware_free(plan: JobPlan, session, store: Store):
     latency = None
     if plan.timeable:  # a hardware-free job may be for a device the service has not
         yield Stage(BUILD_MODEL, lambda _: _for_timing(session, plan), task="save model")
-        latency = yield Stage(MEASURE, lambda runner: _time(runner, plan), task="time model")
+        latency = yield Stage(MEASURE, lambda runner: _time(runner, plan), task=TIME_MODEL)
     return (yield from _finish(plan, session, store, latency, tuned=True))
 
 
 def _build_and_time(plan: JobPlan, session, best: dict):
     yield Stage(BUILD_MODEL, lambda _: _for_timing(session, plan, best), task="build model")
-    return (yield Stage(MEASURE, lambda runner: _time(runner, plan), task="time model"))
+    return (yield Stage(MEASURE, lambda runner: _time(runner, plan), task=TIME_MODEL))
 
 
 def _for_timing(session, plan: JobPlan, best: dict | None = None) -> None:

@@ -18,7 +18,7 @@ from ..measure.types import MeasureInput, MeasureResult
 from ..records import Record, records_for
 from ..settings import SearchSettings
 from ..space import Config, task_space
-from ..tuner.stages import BUILD, MEASURE, Stage, StageGen
+from ..tuner.stages import BUILD, CONFIRM, MEASURE, Stage, StageGen
 
 
 @dataclass(frozen=True)
@@ -68,13 +68,14 @@ def confirm_stages(chosen: Sequence[Candidates], rounds: int,
     timed = 0
     for cand in chosen:
         inputs = [MeasureInput(cand.task, c) for c in cand.configs]
+        label = CONFIRM + cand.name  # its timings are no trials (``counts_as_trials``)
         builds = yield Stage(BUILD, lambda builder, inputs=inputs: builder.build(inputs),
-                             size=len(inputs), task=cand.name)
+                             size=len(inputs), task=label)
         for _ in range(rounds):
             results = yield Stage(
                 MEASURE, lambda runner, inputs=inputs, builds=builds: runner.run(
                     inputs, builds, verify=[False] * len(inputs)),
-                size=len(inputs), task=cand.name)
+                size=len(inputs), task=label)
             for inp, res in zip(inputs, results, strict=True):
                 record(inp, res)
                 timed += 1

@@ -81,8 +81,10 @@ def prepare(mod, graph=None):
         relax.transform.DecomposeOpsForInference(),
         relax.transform.CanonicalizeBindings(),
     ]), mod)
+    options = GraphOptions.of(graph)
+    mod = options.before_folding(mod)
     mod = guarded("constant folding", relax.transform.FoldConstant(), mod)
-    return GraphOptions.of(graph).rewrite(mod)
+    return options.rewrite(mod)
 
 
 def fuse(mod, target: dict, layout_free: bool = True):

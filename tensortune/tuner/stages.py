@@ -25,6 +25,14 @@ BUILD_MODEL, PACK = "build-model", "pack"
 WAIT = "wait"
 KINDS = (PROPOSE, BUILD, MEASURE, UPDATE, IMPORT, EXTRACT, SYNC_RECORDS, PREDICT, BUILD_MODEL,
          PACK, WAIT)
+# the ``task`` of MEASURE stages that time no new candidate: a whole model's timing, and the
+# re-timing of configs measured before (``tasks.confirm``, "confirm <task>")
+TIME_MODEL, CONFIRM = "time model", "confirm "
+
+
+def counts_as_trials(kind: str, task: str) -> bool:
+    """Whether a stage's ``size`` adds to its job's trials: a measurement of new candidates."""
+    return kind == MEASURE and task != TIME_MODEL and not task.startswith(CONFIRM)
 
 
 @dataclass(frozen=True)
