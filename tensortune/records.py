@@ -326,9 +326,15 @@ def best_record(records: Iterable[Record], task: Task) -> Record | None:
         if r.confirm:
             confirmed.setdefault(r.config, []).append(r)
     if confirmed:
-        group = min(confirmed.values(), key=lambda rs: statistics.median(r.cost for r in rs))
-        return sorted(group, key=lambda r: r.cost)[(len(group) - 1) // 2]
+        return steadiest(confirmed.values(), lambda r: r.cost)
     return min(ok, key=lambda r: r.cost) if ok else None
+
+
+def steadiest(groups, cost):
+    """Of ``groups`` (each one config's confirming timings), the median timing of the group
+    whose median ``cost`` is lowest: the confirmation's rule, for the records and the index."""
+    group = sorted(min(groups, key=lambda g: statistics.median(cost(x) for x in g)), key=cost)
+    return group[(len(group) - 1) // 2]
 
 
 def best_from_log(path: str | os.PathLike, task: Task) -> Record | None:

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import statistics
 import threading
 import time
 from pathlib import Path
+
+from ..records import steadiest
 
 SCHEMA_VERSION = 1
 STATES = ("queued", "running", "done", "failed", "cancelled")
@@ -192,8 +193,7 @@ class Store:
             groups.setdefault(row["config"], []).append(row)
         if not groups:
             return None
-        group = min(groups.values(), key=lambda g: statistics.median(r["cost"] for r in g))
-        middle = group[(len(group) - 1) // 2]
+        middle = steadiest(groups.values(), lambda r: r["cost"])
         return middle["cost"], json.loads(middle["record"])
 
     def best_exact(self, task_key: str) -> tuple[float, dict] | None:
