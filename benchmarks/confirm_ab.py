@@ -58,7 +58,7 @@ def main() -> None:
     args.onnx, args.torch_export, args.batch, args.image_size = True, False, 1, None
     args.seq_len, args.layout = 128, "nhwc"
     args.no_winograd = args.no_fast_math = args.no_expand_depthwise = False
-    args.no_grouped_conv = args.no_slice_first = False
+    args.no_grouped_conv = args.no_slice_first = args.no_attention = False
     base = Settings.from_env()
     threads = base.measure.threads
     use_threads(threads)

@@ -57,10 +57,10 @@ class Session:
         self.graph = GraphOptions.of(spec.get("graph"))
         self.target = self.settings.target or default_target(self.settings.measure.threads)
         if self.target.get("kind") == "cuda":
-            # their templates are the CPU's; on a GPU the two convolutions stay apart and a
-            # grouped convolution keeps TOPI's form
+            # their templates are the CPU's; on a GPU the two convolutions stay apart, a
+            # grouped convolution keeps TOPI's form and attention its matmuls and softmax
             self.graph = dataclasses.replace(self.graph, expand_depthwise=False,
-                                             grouped_conv=False)
+                                             grouped_conv=False, attention=False)
         spec["graph"] = self.graph.to_json()
         name = spec.get("name", "model")
         self.run_id = time.strftime("%Y%m%d-%H%M%S-") + f"{name}-{secrets.token_hex(3)}"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from .analysis import (TemplateMismatch, analyze, inline_epilogue, is_tiled, pad_ragged,
                        short_name)
+from .cpu_attention import attention_cpu, is_attention
 from .cpu_expand_depthwise import expand_depthwise_cpu, is_expand_depthwise
 from .cpu_rowwise import rowwise_cpu
 from .loops import extent, vectorize_vectors
@@ -31,11 +32,13 @@ WEIGHTS_CACHED = 1 << 18
 def generic_cpu(cfg, sch):
     """Define (with a ``SpaceBuilder``) or apply (with a ``ConfigSource``) the CPU space: the
     tiling below for one reduction, ``cpu_expand_depthwise`` for a fused expand-then-depthwise
-    pair, ``cpu_rowwise`` for everything else."""
+    pair, ``cpu_attention`` for fused attention, ``cpu_rowwise`` for everything else."""
     from tvm.tirx import IndexMap
 
     if is_expand_depthwise(sch):
         return expand_depthwise_cpu(cfg, sch)
+    if is_attention(sch):
+        return attention_cpu(cfg, sch)
     if not is_tiled(sch):
         return rowwise_cpu(cfg, sch)
     pads = pad_ragged(sch)  # 197 rows computed as 200: a register tile of rows divides them

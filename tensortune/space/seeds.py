@@ -23,6 +23,7 @@ against the space, so a shape the recipe does not fit just yields fewer seeds.
 from __future__ import annotations
 
 from .analysis import analyze, is_tiled, pad_ragged, short_name
+from .cpu_attention import attention_seeds, is_attention
 from .cpu_expand_depthwise import expand_depthwise_seeds, is_expand_depthwise
 from .cpu_rowwise import rowwise_seeds
 from .config import Config
@@ -47,6 +48,8 @@ def cpu_seeds(space: ConfigSpace, prim_func, lanes: int = 8, threads: int = 2,
     sch = Schedule(prim_func)
     if is_expand_depthwise(sch):
         return expand_depthwise_seeds(space, sch, lanes)[:limit]
+    if is_attention(sch):
+        return attention_seeds(space, sch, lanes)[:limit]
     if not is_tiled(sch):
         return rowwise_seeds(space, prim_func, lanes, threads, limit)
     pad_ragged(sch)  # the template's padded extents

@@ -22,7 +22,8 @@ class GraphOptions:
     tensor is at least ``expand_depthwise_kib`` (``tasks.expand_depthwise``; NHWC only);
     ``grouped_conv``: grouped convolutions with few channels per group vectorized along the
     image row (``tasks.grouped``; NHWC only); ``slice_first``: constant slices taken before
-    the permutation they follow (``tasks.slices``: attention's Q, K, V)."""
+    the permutation they follow (``tasks.slices``: attention's Q, K, V); ``attention``: ``softmax(Q Kᵀ)
+    V`` as one function (``tasks.attention``)."""
 
     layout: str = DEFAULT_LAYOUT
     winograd: bool = True
@@ -32,6 +33,7 @@ class GraphOptions:
     expand_depthwise_kib: int = 1024
     grouped_conv: bool = True
     slice_first: bool = True
+    attention: bool = True
 
     def __post_init__(self):
         object.__setattr__(self, "layout", check_layout(self.layout))
@@ -58,7 +60,7 @@ class GraphOptions:
                                  f"{', '.join(sorted(known))}")
             # a run saved before a rewrite existed was tuned and built without it
             value = {"expand_depthwise": False, "grouped_conv": False, "slice_first": False,
-                     **value}
+                     "attention": False, **value}
             return GraphOptions(**value)
         raise TypeError(f"graph options must be GraphOptions, str or dict, not "
                         f"{type(value).__name__}")
@@ -90,6 +92,10 @@ class GraphOptions:
             from .grouped import REWRITE as NAME, grouped_conv_pass
 
             mod = guarded(NAME, grouped_conv_pass(), mod)
+        if self.attention:  # before fast math, which turns softmax into a TIR call
+            from .attention import REWRITE as NAME, attention_pass
+
+            mod = guarded(NAME, attention_pass(self.fast_math), mod)
         if self.fast_math:
             from .fastmath import fast_math_pass
 
