@@ -4,10 +4,12 @@ import pytest
 import torch
 
 from tensortune.frontend import from_torch
-from tensortune.space import InvalidConfigError, apply_config, task_seeds, task_space
+from tensortune.space import task_seeds, task_space
 from tensortune.tasks import build_model, extract_tasks
 from tensortune.tasks.graph import GraphOptions
 from tensortune.workload import default_target
+
+from .template_checks import matching_configs
 
 FUSE_ALL = GraphOptions(expand_depthwise_kib=0)
 
@@ -91,31 +93,14 @@ def test_every_seed_and_sampled_config_computes_the_same_result(inverted):
     stride 2:
     seeds and random configs either refuse with ``InvalidConfigError`` or match the
     unscheduled function."""
-    import tvm
-
     model, _, _ = inverted
     target = default_target(2)
     fused = [t for t in extract_tasks(model, target, graph=FUSE_ALL)
              if "expand_depthwise" in t.name]
     rng = np.random.default_rng(0)
-    dev = tvm.cpu()
     for t in fused:
-        inputs = t.task.workload.random_inputs(0)
-        reference = t.task.workload.reference(*inputs)
         space = task_space(t.task)
         assert {k.name for k in space.knobs} == {"rows", "channels", "dw_cols", "pw_cols", "pad",
                                                  "unroll"}
         configs = task_seeds(t.task, space) + space.sample_many(4, rng)
-        checked = 0
-        for config in configs:
-            try:
-                sch = apply_config(t.task, config, space)
-            except InvalidConfigError:
-                continue
-            lib = tvm.compile(sch.mod, target=tvm.target.Target(target))
-            out = tvm.runtime.tensor(np.zeros(reference.shape, "float32"), dev)
-            lib["main"](*[tvm.runtime.tensor(a, dev) for a in inputs], out)
-            np.testing.assert_allclose(out.numpy(), reference, rtol=1e-4, atol=1e-4,
-                                       err_msg=f"{t.name} {config}")
-            checked += 1
-        assert checked >= 3, t.name
+        assert len(matching_configs(t.task, space, configs, atol=1e-4)) >= 3, t.name
