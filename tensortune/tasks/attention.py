@@ -24,7 +24,7 @@ multiple of ``COLUMN_PAD``; the padded columns are masked out of the softmax.
 from __future__ import annotations
 
 from ..errors import strict
-from .rewriting import mutate_functions
+from .rewriting import float_scalar, mutate_functions, static_shape, use_counts
 
 REWRITE = "attention fusion"
 # block names the template looks for (``space.cpu_attention``)
@@ -126,20 +126,8 @@ def attention(sources, extras, chains, steps, fast: bool = True, out_axes=None):
     return te.compute(tuple(shape[a] for a in axes), normalized, name=NORM)
 
 
-def _static_shape(expr) -> list[int] | None:
-    from .slices import _static_shape as shape
-
-    return shape(expr)
-
-
 def _ints(tup) -> list[int]:
     return [int(x.value) for x in tup.fields]
-
-
-def _scalar(expr):
-    from .fastmath import _scalar as scalar
-
-    return scalar(expr)
 
 
 def attention_pass(fast: bool = True):
@@ -147,8 +135,6 @@ def attention_pass(fast: bool = True):
     TOPI's polynomial (``GraphOptions.fast_math``)."""
     import tvm
     from tvm import relax
-
-    from .expand_depthwise import _use_counts
 
     @relax.expr_functor.mutator
     class Rewriter(relax.PyExprMutator):
@@ -218,7 +204,7 @@ def attention_pass(fast: bool = True):
             softmax = self._bound(probs, "relax.nn.softmax")
             if softmax is None:
                 return None
-            shape = _static_shape(softmax)
+            shape = static_shape(softmax)
             if shape is None or len(shape) < 3 or int(softmax.attrs.axis) % len(shape) != len(shape) - 1:
                 return None
             x, extras, steps = softmax.args[0], [], []
@@ -228,15 +214,15 @@ def attention_pass(fast: bool = True):
                     break
                 op = step.op.name
                 if op in ("relax.multiply", "relax.divide"):
-                    c, other = _scalar(step.args[1]), step.args[0]
+                    c, other = float_scalar(step.args[1]), step.args[0]
                     if c is None and op == "relax.multiply":
-                        c, other = _scalar(step.args[0]), step.args[1]
+                        c, other = float_scalar(step.args[0]), step.args[1]
                     if c is None or (op == "relax.divide" and c == 0):
                         return None
                     steps.append(("scale", 1.0 / c if op == "relax.divide" else c))
                     x = other
                 elif op == "relax.where":
-                    fill = _scalar(step.args[2])
+                    fill = float_scalar(step.args[2])
                     if fill is None or not _broadcasts(step.args[0], shape):
                         return None
                     steps.append(("where", len(extras), fill))
@@ -244,9 +230,9 @@ def attention_pass(fast: bool = True):
                     x = step.args[1]
                 else:
                     lhs, rhs = step.args
-                    if _static_shape(lhs) != shape:
+                    if static_shape(lhs) != shape:
                         lhs, rhs = rhs, lhs
-                    if _static_shape(lhs) != shape or not _broadcasts(rhs, shape):
+                    if static_shape(lhs) != shape or not _broadcasts(rhs, shape):
                         return None
                     steps.append(("add", len(extras)))
                     extras.append(rhs)
@@ -255,7 +241,7 @@ def attention_pass(fast: bool = True):
             if scores is None:
                 return None
             a, b = scores.args
-            sa, sb, sv = _static_shape(a), _static_shape(b), _static_shape(v)
+            sa, sb, sv = static_shape(a), static_shape(b), static_shape(v)
             if (sa is None or sb is None or sv is None or not len(sa) == len(sb) == len(sv)
                     or sa[:-2] != sb[:-2] or sa[:-2] != sv[:-2] or sa[-1] != sb[-2]
                     or sv[-2] != sb[-1] or any(t.ty.dtype != "float32" for t in (a, b, v))):
@@ -282,7 +268,7 @@ def attention_pass(fast: bool = True):
                     break
                 op = getattr(value.op, "name", "")
                 src = value.args[0]
-                in_shape, out_shape = _static_shape(src), _static_shape(value)
+                in_shape, out_shape = static_shape(src), static_shape(value)
                 if in_shape is None or out_shape is None or src.ty.dtype != "float32":
                     break
                 if op == "relax.permute_dims":
@@ -299,8 +285,8 @@ def attention_pass(fast: bool = True):
                              for a, b in zip(axes, _ints(value.args[2]))]
                     end = [begin[k] + out_shape[a] for k, a in enumerate(axes)]
                     steps.append(("slice", tuple(axes), tuple(begin), tuple(end)))
-                elif op == "relax.multiply" and _scalar(value.args[1]) is not None:
-                    steps.append(("scale", _scalar(value.args[1])))
+                elif op == "relax.multiply" and float_scalar(value.args[1]) is not None:
+                    steps.append(("scale", float_scalar(value.args[1])))
                 else:
                     break
                 var = src
@@ -309,7 +295,7 @@ def attention_pass(fast: bool = True):
     @tvm.transform.module_pass(opt_level=0, name="TensortuneAttention")
     def apply(mod, _ctx):
         failed: list = []
-        out = mutate_functions(Rewriter(mod, _use_counts(mod), failed), mod)
+        out = mutate_functions(Rewriter(mod, use_counts(mod), failed), mod)
         if failed:
             from .winograd import warn_skipped
 
@@ -321,7 +307,7 @@ def attention_pass(fast: bool = True):
 
 def _broadcasts(expr, shape: list[int]) -> bool:
     """Whether ``expr`` has a static shape that broadcasts to ``shape``."""
-    own = _static_shape(expr)
+    own = static_shape(expr)
     if own is None or len(own) > len(shape):
         return False
     return all(o in (1, s) for o, s in zip(own, shape[len(shape) - len(own):]))

@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import strict
-from .rewriting import mutate_functions
+from .rewriting import mutate_functions, use_counts
 
 # block names the template looks for (``space.cpu_expand_depthwise``)
 POINTWISE, POINTWISE_ACT, PAD, DEPTHWISE = "tt_pointwise", "tt_pointwise_act", "tt_pad", "tt_depthwise"
@@ -178,7 +178,7 @@ def expand_depthwise_pass(min_bytes: int = DEFAULT_MIN_BYTES):
     @tvm.transform.module_pass(opt_level=0, name="TensortuneExpandDepthwise")
     def apply(mod, _ctx):
         failed: list = []
-        out = mutate_functions(Rewriter(mod, _use_counts(mod), failed), mod)
+        out = mutate_functions(Rewriter(mod, use_counts(mod), failed), mod)
         if failed:
             from .winograd import describe_conv, warn_skipped
 
@@ -186,20 +186,3 @@ def expand_depthwise_pass(min_bytes: int = DEFAULT_MIN_BYTES):
         return relax.transform.DeadCodeElimination()(out)
 
     return apply
-
-
-def _use_counts(mod) -> dict:
-    """How often each Relax variable is read (as an argument, in a tuple, as a result), over
-    all functions of ``mod``; the visitor does not see a binding's own variable."""
-    from tvm import relax
-
-    counts: dict = {}
-
-    def visit(expr):
-        if isinstance(expr, relax.Var):
-            counts[expr] = counts.get(expr, 0) + 1
-
-    for _, func in mod.functions.items():
-        if isinstance(func, relax.Function):
-            relax.analysis.post_order_visit(func.body, visit)
-    return counts

@@ -23,6 +23,8 @@ import math
 
 import numpy as np
 
+from .rewriting import float_scalar
+
 MISH_CLAMP = 20.0  # tanh(softplus(x)) is 1.0 in float32 beyond it; e (e + 2) stays finite
 
 
@@ -35,18 +37,6 @@ def fast_math_pass():
     return tvm.transform.Sequential(
         [expand_activations_pass(), relax.transform.FastMathTransform(),
          relax.transform.DeadCodeElimination()], name="tensortune.FastMath")
-
-
-def _scalar(expr):
-    """The value of a float constant with a single element, else None."""
-    from tvm.ir import GenericConst  # TVM 0.27's relax constant
-
-    if not isinstance(expr, GenericConst):
-        return None
-    value = expr.value.numpy()
-    if value.size != 1 or value.dtype.kind != "f":
-        return None
-    return float(value.reshape(()))
 
 
 def expand_activations_pass():
@@ -72,7 +62,7 @@ def expand_activations_pass():
                 x = call.args[0]
                 return relax.op.multiply(x, self.builder_.emit(self._recip_one_plus_exp(x)))
             if op == "relax.divide":
-                c = _scalar(call.args[1])
+                c = float_scalar(call.args[1])
                 if c is not None and c != 0 and math.isfinite(c):
                     value = call.args[1].value.numpy()
                     return relax.op.multiply(call.args[0], relax.const(
@@ -112,11 +102,11 @@ def expand_activations_pass():
             greater = bound_call(self, cond, "relax.greater")
             log = bound_call(self, soft, "relax.log")
             add = bound_call(self, log.args[0], "relax.add") if log is not None else None
-            if greater is None or add is None or _scalar(greater.args[1]) != MISH_CLAMP:
+            if greater is None or add is None or float_scalar(greater.args[1]) != MISH_CLAMP:
                 return None
             exp_var, one = add.args
             exp = bound_call(self, exp_var, "relax.exp")
-            if exp is None or _scalar(one) != 1.0 or not (greater.args[0].same_as(x)
+            if exp is None or float_scalar(one) != 1.0 or not (greater.args[0].same_as(x)
                                                           and exp.args[0].same_as(x)):
                 return None
             return x

@@ -1,5 +1,6 @@
-"""What the whole-model rewrites share: the call a variable is bound to, and a mutator run over
-every Relax function of a module."""
+"""What the whole-model rewrites share: the call a variable is bound to, a mutator run over
+every Relax function of a module, how often each variable is read, static shapes and scalar
+constants."""
 from __future__ import annotations
 
 
@@ -25,3 +26,42 @@ def mutate_functions(mutator, mod):
         if isinstance(func, relax.Function):
             mutator.builder_.update_func(gv, mutator.visit_expr(func))
     return mutator.builder_.get()
+
+
+def use_counts(mod) -> dict:
+    """How often each Relax variable is read (as an argument, in a tuple, as a result), over
+    all functions of ``mod``; the visitor does not see a binding's own variable."""
+    from tvm import relax
+
+    counts: dict = {}
+
+    def visit(expr):
+        if isinstance(expr, relax.Var):
+            counts[expr] = counts.get(expr, 0) + 1
+
+    for _, func in mod.functions.items():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func.body, visit)
+    return counts
+
+
+def static_shape(expr) -> list[int] | None:
+    """The shape of a tensor whose every dimension is a known integer, else None."""
+    from tvm.ir.prim import IntImm
+
+    shape = getattr(expr.ty, "shape", None)
+    if shape is None or not all(isinstance(d, IntImm) for d in shape):
+        return None
+    return [int(d) for d in shape]
+
+
+def float_scalar(expr):
+    """The value of a float constant with a single element, else None."""
+    from tvm.ir import GenericConst  # TVM 0.27's relax constant
+
+    if not isinstance(expr, GenericConst):
+        return None
+    value = expr.value.numpy()
+    if value.size != 1 or value.dtype.kind != "f":
+        return None
+    return float(value.reshape(()))

@@ -18,6 +18,8 @@ service must not crash.
 """
 from __future__ import annotations
 
+from .rewriting import static_shape
+
 REWRITE = "slice before permute"
 
 
@@ -50,7 +52,7 @@ def slice_first_pass():
                 return call
             permute = bound_call(self, data, "relax.permute_dims")
             source = data if permute is None else permute.args[0]
-            shape = _static_shape(source)
+            shape = static_shape(source)
             if not shape:
                 return call
             axes = (list(range(len(shape))) if permute is None
@@ -93,22 +95,12 @@ def slice_first_pass():
     return slice_first
 
 
-def _static_shape(expr) -> list[int] | None:
-    """The shape of a tensor whose every dimension is a known integer, else None."""
-    from tvm.ir.prim import IntImm
-
-    shape = getattr(expr.ty, "shape", None)
-    if shape is None or not all(isinstance(d, IntImm) for d in shape):
-        return None
-    return [int(d) for d in shape]
-
-
 def _split_bounds(split) -> tuple[int, list[int]] | None:
     """``(axis, edges)`` of a ``split`` of a tensor of known shape: part ``i`` is
     ``edges[i]:edges[i + 1]`` along ``axis``; None where the shape is not known."""
     from tvm.ir.prim import IntImm
 
-    shape = _static_shape(split.args[0])
+    shape = static_shape(split.args[0])
     if not shape:
         return None
     axis = int(split.attrs.axis) % len(shape)
