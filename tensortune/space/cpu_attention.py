@@ -87,10 +87,9 @@ def attention_cpu(cfg, sch):
     else:
         head_loop, block_loop = head, io
     sch.parallel(head_loop)
-    order = [OUT, SUM, partials[1], EXP, MAX, partials[0], SCORES]
-    for block in order:
-        if block is not None:
-            block = sch.get_sblock(block) if isinstance(block, str) else block
+    for block in [sch.get_sblock(OUT), sch.get_sblock(SUM), partials[1], sch.get_sblock(EXP),
+                  sch.get_sblock(MAX), partials[0], sch.get_sblock(SCORES)]:
+        if block is not None:  # a reduction TVM would not split has no partials
             sch.compute_at(block, block_loop, preserve_unit_loops=True)
     sch.compute_at(sch.get_sblock(KT), head_loop, preserve_unit_loops=True)
 

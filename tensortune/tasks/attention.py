@@ -24,7 +24,8 @@ multiple of ``COLUMN_PAD``; the padded columns are masked out of the softmax.
 from __future__ import annotations
 
 from ..errors import strict
-from .rewriting import float_scalar, mutate_functions, static_shape, use_counts
+from .rewriting import (float_scalar, mutate_functions, single_use_call, static_shape,
+                        use_counts)
 
 REWRITE = "attention fusion"
 # block names the template looks for (``space.cpu_attention``)
@@ -191,13 +192,7 @@ def attention_pass(fast: bool = True):
                 return call
 
         def _bound(self, var, *ops):
-            """The call bound to ``var`` when it is one of ``ops`` and ``var`` is read once."""
-            if not isinstance(var, relax.Var) or self.uses.get(var, 0) != 1:
-                return None
-            value = self.lookup_binding(var)
-            if isinstance(value, relax.Call) and getattr(value.op, "name", "") in ops:
-                return value
-            return None
+            return single_use_call(self, self.uses, var, *ops)
 
         def _match(self, call):
             probs, v = call.args

@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import strict
-from .rewriting import mutate_functions, use_counts
+from .rewriting import mutate_functions, single_use_call, use_counts
 
 # block names the template looks for (``space.cpu_expand_depthwise``)
 POINTWISE, POINTWISE_ACT, PAD, DEPTHWISE = "tt_pointwise", "tt_pointwise_act", "tt_pad", "tt_depthwise"
@@ -170,10 +170,7 @@ def expand_depthwise_pass(min_bytes: int = DEFAULT_MIN_BYTES):
             return step.args[0], w1, b1.astype(w1.dtype), lo, hi
 
         def _single_use_binding(self, var):
-            if not isinstance(var, relax.Var) or self.uses.get(var, 0) != 1:
-                return None
-            value = self.lookup_binding(var)
-            return value if isinstance(value, relax.Call) else None
+            return single_use_call(self, self.uses, var)
 
     @tvm.transform.module_pass(opt_level=0, name="TensortuneExpandDepthwise")
     def apply(mod, _ctx):

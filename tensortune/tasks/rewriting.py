@@ -17,6 +17,19 @@ def bound_call(mutator, var, op: str):
     return None
 
 
+def single_use_call(mutator, uses: dict, var, *ops):
+    """The call bound to ``var`` when ``var`` is read once (``uses``: ``use_counts``) and, if
+    ``ops`` are given, the call is one of them; else None."""
+    from tvm import relax
+
+    if not isinstance(var, relax.Var) or uses.get(var, 0) != 1:
+        return None
+    value = mutator.lookup_binding(var)
+    if not isinstance(value, relax.Call):
+        return None
+    return value if not ops or getattr(value.op, "name", "") in ops else None
+
+
 def mutate_functions(mutator, mod):
     """``mod`` with every Relax function visited by ``mutator`` (a ``PyExprMutator`` made on
     ``mod``)."""
