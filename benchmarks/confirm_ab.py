@@ -59,6 +59,7 @@ def main() -> None:
     args.seq_len, args.layout = 128, "nhwc"
     args.no_winograd = args.no_fast_math = args.no_expand_depthwise = False
     args.no_grouped_conv = args.no_slice_first = args.no_attention = False
+    args.no_conv1d = False
     base = Settings.from_env()
     threads = base.measure.threads
     use_threads(threads)

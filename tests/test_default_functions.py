@@ -141,9 +141,27 @@ class ResMobileBlock(nn.Module):
         return self.fc(F.adaptive_avg_pool2d(x, 1).flatten(1))
 
 
+class SpeechBlock(nn.Module):
+    """A 1-D feature encoder (strided, GELU, instance norm), a depthwise 1-D convolution with
+    batch norm and SiLU, and a linear head over the sequence."""
+
+    def __init__(self, c=24):
+        super().__init__()
+        self.fe = nn.Sequential(nn.Conv1d(1, c, 10, 5, bias=False), nn.GroupNorm(c, c), nn.GELU(),
+                                nn.Conv1d(c, c, 3, 2), nn.GELU())
+        self.dw = nn.Sequential(nn.Conv1d(c, c, 7, padding=3, groups=c), nn.BatchNorm1d(c),
+                                nn.SiLU(), nn.Conv1d(c, c, 1))
+        self.fc = nn.Linear(c, 10)
+
+    def forward(self, x):
+        x = self.fe(x)
+        return self.fc((x + self.dw(x)).transpose(1, 2))
+
+
 FAMILIES = {"efficientnet": (EfficientBlock, (1, 3, 32, 32)), "vit": (ViTBlock, (1, 3, 32, 32)),
             "unet": (UNetBlock, (1, 3, 32, 32)), "shuffle": (ShuffleBlock, (1, 3, 32, 32)),
-            "rmsnorm": (RMSNorm, (1, 8, 64)), "resnet_mobilenet": (ResMobileBlock, (1, 3, 32, 32))}
+            "rmsnorm": (RMSNorm, (1, 8, 64)), "resnet_mobilenet": (ResMobileBlock, (1, 3, 32, 32)),
+            "speech": (SpeechBlock, (1, 1, 400))}
 
 
 def _model(name):
@@ -152,7 +170,7 @@ def _model(name):
     module = cls().eval()
     with torch.no_grad():
         for m in module.modules():
-            if isinstance(m, nn.BatchNorm2d):
+            if isinstance(m, (nn.BatchNorm1d, nn.BatchNorm2d)):
                 m.running_mean.uniform_(-0.2, 0.2)
                 m.running_var.uniform_(0.5, 1.5)
     return module, torch.randn(*shape)
@@ -181,7 +199,7 @@ def _check(module, x, session, compiled):
 
 
 @pytest.mark.parametrize("name", ["efficientnet", "unet", "shuffle", "rmsnorm",
-                                  "resnet_mobilenet"])
+                                  "resnet_mobilenet", "speech"])
 def test_seeded_build_leaves_no_function_on_the_default_schedule(name, settings):
     module, x = _model(name)
     session = Session.from_torch(module, (x,), name=name, settings=settings)

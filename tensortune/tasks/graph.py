@@ -23,7 +23,8 @@ class GraphOptions:
     ``grouped_conv``: grouped convolutions with few channels per group vectorized along the
     image row (``tasks.grouped``; NHWC only); ``slice_first``: constant slices taken before
     the permutation they follow (``tasks.slices``: attention's Q, K, V); ``attention``: ``softmax(Q Kᵀ)
-    V`` as one function (``tasks.attention``)."""
+    V`` as one function (``tasks.attention``); ``conv1d``: 1-D convolutions as one-row 2-D
+    ones, the work between them kept one-row (``tasks.conv1d``; NHWC only)."""
 
     layout: str = DEFAULT_LAYOUT
     winograd: bool = True
@@ -34,6 +35,7 @@ class GraphOptions:
     grouped_conv: bool = True
     slice_first: bool = True
     attention: bool = True
+    conv1d: bool = True
 
     def __post_init__(self):
         object.__setattr__(self, "layout", check_layout(self.layout))
@@ -60,7 +62,7 @@ class GraphOptions:
                                  f"{', '.join(sorted(known))}")
             # a run saved before a rewrite existed was tuned and built without it
             value = {"expand_depthwise": False, "grouped_conv": False, "slice_first": False,
-                     "attention": False, **value}
+                     "attention": False, "conv1d": False, **value}
             return GraphOptions(**value)
         raise TypeError(f"graph options must be GraphOptions, str or dict, not "
                         f"{type(value).__name__}")
@@ -82,6 +84,10 @@ class GraphOptions:
         """``mod`` (inference-ready Relax, after ``before_folding`` and constant folding)
         converted to the layout, then the fusions, fast math and Winograd applied. A rewrite that raises is skipped (``guarded``): the model keeps NCHW, or
         runs without the fusion, and the rest still applies."""
+        if self.conv1d and self.layout == "nhwc":  # before the layout conversion it feeds
+            from .conv1d import REWRITE as NAME, conv1d_as_conv2d_pass
+
+            mod = guarded(NAME, conv1d_as_conv2d_pass(), mod)
         if self.layout == "nhwc":
             mod = guarded(REWRITE, lambda m: convert_layout(m, self.layout), mod)
         if self.expand_depthwise and self.layout == "nhwc":
