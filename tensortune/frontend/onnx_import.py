@@ -9,6 +9,7 @@ from ..errors import strict
 from .model import Model, ModelImportError, UnsupportedOperatorError
 from .onnx_clip import clip_as_relax_ops
 from .onnx_fold import fold_shape_arithmetic, upgrade_old_nodes
+from .onnx_rnn import RECURRENT, unroll_recurrent
 
 # the converter keys operators by op_type alone; a node of another domain would be converted
 # as the standard operator of the same name, so only these domains are trusted
@@ -36,11 +37,11 @@ def from_onnx(path_or_model, input_shapes: dict[str, tuple[int, ...]] | None = N
         name = name or os.path.splitext(os.path.basename(os.fspath(path_or_model)))[0]
     else:
         model = path_or_model
-    unsupported = unsupported_ops(model)
+    unsupported = [op for op in unsupported_ops(model) if op not in RECURRENT]
     if unsupported:
         raise UnsupportedOperatorError("onnx", unsupported)
     shape_dict, dtype_dict = _signature(model, dict(input_shapes or {}))
-    model = fold_shape_arithmetic(model, shape_dict)
+    model = unroll_recurrent(fold_shape_arithmetic(model, shape_dict))
     try:
         model, upgraded = upgrade_old_nodes(model)
     except Exception:  # a node this cannot read: the converter gets it as it was
