@@ -42,3 +42,18 @@ def test_summarize_keeps_the_last_runs_and_averages_them():
     total, kernels = summarize(events, runs=2)  # the first (warm-up) run is left out
     assert [(k.op, k.shape, k.calls) for k in kernels] == [("Conv", "1x8", 1), ("Relu", "1x8", 1)]
     assert kernels[0].ms == 3.0 and total == 3.5
+
+
+def test_interleaved_timing_settles_before_each_engine_and_keeps_round_medians():
+    from tensortune.peers.models import time_interleaved
+
+    order: list[str] = []
+    engines = {name: (lambda n=name: order.append(n)) for name in ("a", "b")}
+    times = time_interleaved(engines, rounds=3, per_round=4, settle_s=0.001)
+    assert {k: len(v) for k, v in times.items()} == {"a": 3, "b": 3}
+    assert all(t >= 0 for v in times.values() for t in v)
+    # each block is one untimed call then the timed ones, engines alternating by round
+    assert order == (["a"] * 5 + ["b"] * 5) * 3
+    order.clear()
+    time_interleaved(engines, rounds=1, per_round=2, settle_s=0)
+    assert order == ["a", "a", "b", "b"]
