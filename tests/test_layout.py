@@ -229,16 +229,36 @@ def test_transposed_convolutions_build_in_the_nhwc_pipeline_and_match_torch(deco
                                                          else expr.attrs.data_layout)))
 
     relax.analysis.post_order_visit(prepare(model.mod)["main"].body, visit)
-    # kernel = stride: a 1x1 NHWC convolution to 2*2*8 channels, then a depth-to-space copy;
-    # the other transposed one runs in NCHW/IOHW (what TVM 0.27 legalizes) between transposes;
-    # every convolution and the upsampling keep channels last
-    assert sorted(layouts) == [("conv2d", "NHWC")] * 6 + [("conv2d_transpose", "NCHW"),
-                                                          ("resize2d", "NHWC")]
+    # each transposed one is an ordinary NHWC convolution and a depth-to-space copy: kernel =
+    # stride a 1x1 one to 2*2*8 channels; the 3x3 stride-2 one (padding 1, output padding 1)
+    # a 2x2 one to 2*2*4 channels, its phases' unused taps zero; every convolution and the
+    # upsampling keep channels last
+    assert sorted(layouts) == [("conv2d", "NHWC")] * 7 + [("resize2d", "NHWC")]
     tasks = extract_tasks(model, target)
-    ones = [t for t in _conv_tasks(tasks) if t.task.workload.input_shapes[1] == (1, 1, 16, 32)]
-    assert len(ones) == 1 and ones[0].tunable
-    (general,) = [t for t in tasks if "conv2d_transpose" in t.name]
-    assert general.task.workload.input_shapes[0] == (1, 8, 10, 12) and general.tunable
+    assert not [t for t in tasks if "conv2d_transpose" in t.name]
+    for kernel in ((1, 1, 16, 32), (2, 2, 8, 16)):
+        ones = [t for t in _conv_tasks(tasks) if t.task.workload.input_shapes[1] == kernel]
+        assert len(ones) == 1 and ones[0].tunable, kernel
     compiled = build_model(model, target, {})  # every function with its template's seed
     np.testing.assert_allclose(compiled.run(x)[0], expected, rtol=1e-4, atol=1e-5)
-    assert compiled.functions[general.functions[0]]["schedule"] == "seeded"
+
+
+@pytest.mark.parametrize("kernel,stride,padding,output_padding", [
+    (4, 2, 1, 0), (3, 2, 1, 1), (5, 3, 2, 2), (3, 1, 1, 0), (2, 2, 0, 0), (4, 2, 3, 1)])
+def test_transposed_convolution_as_subpixel_convolution_matches_torch(
+        kernel, stride, padding, output_padding, target):
+    """FPN's and GANs' 4x4 stride-2 upsampling, odd strides, a stride of 1, a padding wider
+    than a phase's taps; after a convolution (whose NHWC output it takes), 24 -> 40 channels
+    on an 11x13 input."""
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 24, 3, padding=1), torch.nn.ReLU(),
+        torch.nn.ConvTranspose2d(24, 40, kernel, stride, padding, output_padding)).eval()
+    x = torch.randn(1, 3, 11, 13)
+    with torch.no_grad():
+        expected = module(x).numpy()
+    model = from_torch(module, (x,))
+    tasks = extract_tasks(model, target)
+    assert not [t for t in tasks if "conv2d_transpose" in t.name], [t.name for t in tasks]
+    compiled = build_model(model, target, {})
+    np.testing.assert_allclose(compiled.run(x.numpy())[0], expected, rtol=1e-4, atol=1e-4)

@@ -174,9 +174,54 @@ class SplitConcat(nn.Module):
         return self.out(torch.cat([y2, y1], 1))
 
 
+class FPNNeck(nn.Module):
+    """A detection neck at opset 11: a 4x4 stride-2 transposed convolution, a bilinear resize
+    to a size (exported with an empty ``scales`` beside ``sizes``), a nearest resize by a
+    factor, lateral 1x1 convolutions added to them, a concatenation."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1, self.c2 = nn.Conv2d(3, 24, 3, 2, 1), nn.Conv2d(24, 40, 3, 2, 1)
+        self.lat1, self.lat2 = nn.Conv2d(24, 16, 1), nn.Conv2d(40, 16, 1)
+        self.up = nn.ConvTranspose2d(16, 16, 4, 2, 1)
+        self.out = nn.Conv2d(48, 8, 3, padding=1)
+
+    def forward(self, x):
+        a = F.leaky_relu(self.c1(x), 0.1)
+        b = F.leaky_relu(self.c2(a), 0.1)
+        p2 = self.lat2(b)
+        p1 = self.lat1(a) + self.up(p2)
+        q1 = F.interpolate(p2, size=a.shape[-2:], mode="bilinear", align_corners=False)
+        q2 = F.interpolate(p2, scale_factor=2.0, mode="nearest")
+        return self.out(torch.cat([p1, q1, q2], 1))
+
+
+class MobileViTBlock(nn.Module):
+    """MobileViT: a feature map unfolded into 2x2 patches of tokens, a transformer layer over
+    them (PyTorch's exporter reshapes by shapes cut at ``dim % rank``: a ``Mod``), folded back
+    and concatenated with its input."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 24, 3, 2, 1)
+        self.local = nn.Conv2d(24, 32, 1)
+        self.tf = nn.TransformerEncoderLayer(32, 4, 64, 0.0, batch_first=True)
+        self.fuse = nn.Conv2d(56, 24, 3, padding=1)
+
+    def forward(self, x):
+        x = F.silu(self.stem(x))
+        y = self.local(x)
+        b, d, h, w = y.shape
+        t = y.reshape(b, d, h // 2, 2, w // 2, 2).permute(0, 3, 5, 2, 4, 1)
+        t = self.tf(t.reshape(b * 4, (h // 2) * (w // 2), d))
+        y = t.reshape(b, 2, 2, h // 2, w // 2, d).permute(0, 5, 3, 1, 4, 2).reshape(b, d, h, w)
+        return self.fuse(torch.cat([x, y], 1))
+
+
 TORCH = {"fire": (Fire, 9), "shufflenet_v1": (ShuffleV1, 9), "shufflenet_v2": (ShuffleV2, 11),
          "resnext": (ResNeXt, 13), "densenet": (Dense, 9), "inception": (Inception, 11),
-         "shuffle_5d": (FiveD, 9), "split_concat": (SplitConcat, 13)}
+         "shuffle_5d": (FiveD, 9), "split_concat": (SplitConcat, 13),
+         "fpn_neck": (FPNNeck, 11), "mobilevit": (MobileViTBlock, 14)}
 
 
 def _weight(name, shape, rng, scale=0.2):
@@ -310,6 +355,12 @@ def test_graph_imports_rewrites_builds_and_matches_onnxruntime(kind, graph, expo
         assert "winograd" in names  # the rewrite fired, not merely passed over
     if graph is EVERY and kind == "shufflenet_v2":  # (v1's 1x1 before its depthwise is grouped)
         assert "expand_depthwise" in names
+    if graph is EVERY and kind == "fpn_neck":
+        # the transposed convolution is an ordinary one (tasks.transposed), and the lateral
+        # sum with its bias beside the epilogue still takes the convolution template
+        assert "conv2d_transpose" not in names
+        assert all(t.tunable for t in tasks if "conv2d" in t.name), \
+            [t.describe() for t in tasks if not t.tunable]
 
 
 def test_hardware_free_tuning_of_a_split_concat_model_matches_onnxruntime(exported, tmp_path):

@@ -20,7 +20,10 @@ import numpy as np
 # operators the chains are made of; each is evaluated only on constant inputs
 FOLDABLE = frozenset({"Shape", "Gather", "Div", "Mul", "Add", "Sub", "Concat", "Unsqueeze",
                       "Squeeze", "Slice", "Cast", "Floor", "Ceil", "Range", "Equal", "Where",
-                      "ConstantOfShape", "Reshape", "Size", "Identity", "Max", "Min"})
+                      "ConstantOfShape", "Reshape", "Size", "Identity", "Max", "Min",
+                      # PyTorch's multi-head attention reshapes by a shape cut at index
+                      # ``dim % rank`` (nn.TransformerEncoderLayer on a 3-D input, exported)
+                      "Mod", "Neg", "Abs", "Less", "Greater", "Not", "And", "Or"})
 MAX_ELEMENTS = 64  # a shape, not a tensor of data
 MAX_FILL = 1 << 24  # a ConstantOfShape folded up to 64 MB of float32
 
@@ -118,7 +121,9 @@ def upgrade_old_nodes(model):
       inputs, so they become constant inputs;
     - ``Upsample`` (scales an attribute or a constant input): the converter reads only the
       attribute and rounds nearest neighbours where Upsample floors, so it becomes the
-      ``Resize`` that computes the same (asymmetric coordinates, floor).
+      ``Resize`` that computes the same (asymmetric coordinates, floor);
+    - ``Resize`` with output sizes and an empty tensor for scales (PyTorch's export at opsets
+      11-12): the converter takes the empty scales as given and refuses both, so they go.
 
     Some are later forms under the model's old opset, which the converter's ``check_model``
     reports: ``onnx_import`` silences that for these nodes.
@@ -161,6 +166,13 @@ def upgrade_old_nodes(model):
                    helper.make_node("Resize", [node.input[0], "", name], node.output,
                                     name=label, mode=mode, nearest_mode="floor",
                                     coordinate_transformation_mode="asymmetric")]
+        elif node.op_type == "Resize" and len(node.input) == 4 and node.input[3] \
+                and node.input[2] in consts and not numpy_helper.to_array(
+                    consts[node.input[2]]).size:
+            new = [helper.make_node("Resize", [node.input[0], node.input[1], "", node.input[3]],
+                                    node.output, name=label, **{
+                                        a.name: helper.get_attribute_value(a)
+                                        for a in node.attribute})]
         if new is None:
             nodes.append(node)
         else:

@@ -10,8 +10,8 @@ operands (copied per tile, the vectorized dimension moved innermost), and an unr
 """
 from __future__ import annotations
 
-from .analysis import (TemplateMismatch, analyze, inline_epilogue, is_tiled, pad_ragged,
-                       short_name)
+from .analysis import (TemplateMismatch, analyze, inline_epilogue, inline_side_producers,
+                       is_tiled, pad_ragged, short_name)
 from .cpu_attention import attention_cpu, is_attention
 from .cpu_expand_depthwise import expand_depthwise_cpu, is_expand_depthwise
 from .cpu_rowwise import rowwise_cpu
@@ -90,6 +90,7 @@ def generic_cpu(cfg, sch):
         else:
             root_producers.append(p)
     inline_epilogue(sch, main)  # SiLU, GELU: x used twice, a chain once inlined
+    inline_side_producers(sch, main)  # a residual's own bias, added beside the epilogue
     consumers = list(sch.get_consumers(main))
     # fold an elementwise chain into its first member, which becomes the write-back
     while len(consumers) == 1 and len(sch.get_consumers(consumers[0])) == 1:

@@ -20,8 +20,9 @@ a ``GraphRewriteWarning`` names it. Old ONNX graphs rarely reach this: ``fronten
 and ``onnx_import`` already turn their ``Dropout``, ``Split`` and ``Sum`` into plain operators.
 
 ``ConvertLayout`` also moves a transposed convolution to NHWC, which TVM 0.27 cannot legalize
-(only NCHW/IOHW): ``transposed_convolutions`` turns U-Net's kind (kernel = stride) into a 1x1
-NHWC convolution and a depth-to-space copy, and runs any other kind in NCHW between transposes.
+(only NCHW/IOHW): ``transposed_convolutions`` turns one of a constant kernel into an ordinary
+NHWC convolution and a depth-to-space copy (``tasks.transposed``), and runs any other kind in
+NCHW between transposes.
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ import warnings
 import numpy as np
 
 from .rewriting import mutate_functions
+from .transposed import subpixel
 
 LAYOUTS = ("nhwc", "nchw")
 DEFAULT_LAYOUT = "nhwc"
@@ -203,13 +205,13 @@ def transposed_convolutions():
     can legalize (its ``conv2d_transpose`` rule takes NCHW data with an IOHW kernel only; any
     other layout reaches the VM unlowered and fails the build).
 
-    One whose kernel equals its stride (no padding, dilation or groups: U-Net's 2x2 stride-2
-    upsampling) writes each input pixel to its own ``kh x kw`` block of the output, so it is a
-    1x1 NHWC convolution to ``kh*kw*Cout`` channels followed by a depth-to-space reshuffle:
-    the convolution gets the tuned conv2d template, the reshuffle (a copy of ``Cout``-long
-    rows) fuses with what follows, and no multiplication by an inserted zero is done (TOPI's
-    NCHW kernel dilates its input: ``stride^2`` times the work). Any other one runs in NCHW
-    between two transposes, as the model had it."""
+    One of a constant kernel (groups 1, no dilation) is an ordinary stride-1 NHWC convolution
+    to ``s^2 * Cout`` channels and a depth-to-space reshuffle (``tasks.transposed``: the
+    sub-pixel decomposition; U-Net's kernel = stride is a 1x1 one), so it gets the conv2d
+    template and no multiplication by an inserted zero is done (TOPI's NCHW kernel dilates
+    its input: ``stride^2`` times the work). A kernel computed at run time equal to its stride
+    becomes the 1x1 form by reshapes; any other one runs in NCHW between two transposes, as
+    the model had it."""
     import tvm
     from tvm import relax
 
@@ -224,7 +226,10 @@ def transposed_convolutions():
             if layouts == ("NCHW", "IOHW", "NCHW") or not _permutations(layouts):
                 return call  # TVM's own, or a layout (blocked, ...) this does not know
             changed.append(call)
-            if _depth_to_space(call):
+            out = subpixel(call, self.builder_)  # a constant kernel: an ordinary convolution
+            if out is not None:
+                return out
+            if _depth_to_space(call):  # a kernel computed at run time: 1x1 when kernel = stride
                 return self._as_conv(call)
             return self._in_nchw(call)
 

@@ -1,0 +1,99 @@
+"""Transposed convolutions in the NHWC pipeline, as ordinary convolutions and a reshuffle.
+
+TVM 0.27's ``conv2d_transpose`` rule takes NCHW data with an IOHW kernel only (any other layout
+reaches the VM unlowered and fails the build), and TOPI's kernel dilates its input with zeros:
+``stride^2`` times the work. A transposed convolution of stride ``s`` computes each output
+phase ``(y mod s, x mod s)`` as an ordinary convolution of the input with a subset of its taps
+(the sub-pixel decomposition). All phases together are one stride-1 NHWC convolution to
+``s^2 * Cout`` channels, with as many taps per axis as the phases' input offsets span (a tap a
+phase does not use is zero), followed by a depth-to-space reshuffle and, where the output is
+not a multiple of ``s``, a crop. U-Net's kernel = stride is the one-tap case (a 1x1
+convolution); a 4x4 stride-2 upsampling (FPN necks, GAN generators, segmentation decoders)
+becomes a 3x3 convolution, which the conv2d template and Winograd then take: 2.25x the useful
+multiplications against TOPI's 4x. Any other kind (groups, dilation, a weight computed at run
+time with padding) runs in NCHW between two transposes, as the model had it.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def plan(size: int, kernel: int, stride: int, pad: int, out: int):
+    """Per axis: ``(taps, pad_before, pad_after, rows, weights)`` where the ordinary
+    convolution reads ``taps`` positions from ``pad_before`` before each output row on, makes
+    ``rows`` rows per phase (``rows * stride >= out``), and ``weights[phase][tap]`` is the
+    transposed kernel's index used there (``-1``: a zero). None when the input would have to be
+    cropped first (a padding larger than the kernel)."""
+    rows = -(-out // stride)
+    offsets = {}
+    for phase in range(stride):
+        first, shift = divmod(phase + pad, stride)  # out[s q + phase] reads x[q + first - j]
+        taps = -(-(kernel - shift) // stride)  # kernel index shift + s j for j < taps
+        offsets[phase] = (first, shift, taps)
+    low = min(first - taps + 1 for first, _, taps in offsets.values())
+    high = max(first for first, _, _ in offsets.values())
+    if low > 0:
+        return None
+    span = high - low + 1
+    before = -low
+    after = rows + span - 1 - size - before
+    if after < 0:
+        return None
+    weights = []
+    for phase in range(stride):
+        first, shift, taps = offsets[phase]
+        row = []
+        for t in range(span):  # reads x[q + low + t] = x[q + first - j]
+            j = first - low - t
+            row.append(shift + stride * j if 0 <= j < taps else -1)
+        weights.append(row)
+    return span, before, after, rows, weights
+
+
+def subpixel(call, builder):
+    """The NHWC expression computing ``call`` (an NHWC transposed convolution of a constant
+    IOHW-permuted kernel, groups 1, dilation 1, static shapes), or None when it does not fit."""
+    import tvm
+    from tvm import relax
+
+    attrs = call.attrs
+    data, weight = call.args
+    if (str(attrs.data_layout), str(attrs.out_layout)) != ("NHWC", "NHWC") \
+            or int(attrs.groups) != 1 or any(int(d) != 1 for d in attrs.dilation) \
+            or not isinstance(weight, tvm.ir.GenericConst):
+        return None
+    try:
+        n, h, w, cin = (int(d) for d in data.ty.shape)
+        _, oh, ow, cout = (int(d) for d in call.ty.shape)
+    except (TypeError, ValueError):  # a symbolic dimension
+        return None
+    # [i, o, kh, kw] from the kernel's layout
+    kernel = np.transpose(weight.value.numpy(), [str(attrs.kernel_layout).index(c)
+                                                 for c in "IOHW"])
+    sh, sw = (int(s) for s in attrs.strides)
+    top, left = int(attrs.padding[0]), int(attrs.padding[1])
+    rows = plan(h, kernel.shape[2], sh, top, oh)
+    cols = plan(w, kernel.shape[3], sw, left, ow)
+    if rows is None or cols is None:
+        return None
+    th, tw = rows[0], cols[0]
+    # HWIO [th, tw, Cin, (phase_y, phase_x, Cout)], zero where a phase does not use a tap
+    new = np.zeros((th, tw, cin, sh, sw, cout), kernel.dtype)
+    for py in range(sh):
+        for px in range(sw):
+            for ty in range(th):
+                for tx in range(tw):
+                    ky, kx = rows[4][py][ty], cols[4][px][tx]
+                    if ky >= 0 and kx >= 0:
+                        new[ty, tx, :, py, px, :] = kernel[:, :, ky, kx]
+    conv = builder.emit(relax.op.nn.conv2d(
+        data, relax.const(np.ascontiguousarray(new.reshape(th, tw, cin, -1))),
+        padding=(rows[1], cols[1], rows[2], cols[2]), data_layout="NHWC",
+        kernel_layout="HWIO", out_layout="NHWC", out_dtype=str(call.ty.dtype)))
+    qh, qw = rows[3], cols[3]
+    out = builder.emit(relax.op.reshape(conv, (n, qh, qw, sh, sw, cout)))
+    out = builder.emit(relax.op.permute_dims(out, [0, 1, 3, 2, 4, 5]))
+    out = relax.op.reshape(out, (n, qh * sh, qw * sw, cout))
+    if (qh * sh, qw * sw) == (oh, ow):
+        return out
+    return relax.op.strided_slice(builder.emit(out), axes=[1, 2], begin=[0, 0], end=[oh, ow])
