@@ -243,22 +243,38 @@ def test_transposed_convolutions_build_in_the_nhwc_pipeline_and_match_torch(deco
     np.testing.assert_allclose(compiled.run(x)[0], expected, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("kernel,stride,padding,output_padding", [
-    (4, 2, 1, 0), (3, 2, 1, 1), (5, 3, 2, 2), (3, 1, 1, 0), (2, 2, 0, 0), (4, 2, 3, 1)])
-def test_transposed_convolution_as_subpixel_convolution_matches_torch(
-        kernel, stride, padding, output_padding, target):
-    """FPN's and GANs' 4x4 stride-2 upsampling, odd strides, a stride of 1, a padding wider
-    than a phase's taps; after a convolution (whose NHWC output it takes), 24 -> 40 channels
-    on an 11x13 input."""
+SUBPIXEL = [(4, 2, 1, 0), (3, 2, 1, 1), (5, 3, 2, 2), (3, 1, 1, 0), (2, 2, 0, 0), (4, 2, 3, 1)]
+
+
+class Upsamplers(torch.nn.Module):
+    """After a convolution (whose NHWC output they take), one transposed convolution of each
+    kind in ``SUBPIXEL`` (kernel, stride, padding, output padding): FPN's and GANs' 4x4
+    stride-2 upsampling, odd strides, a stride of 1, U-Net's kernel = stride, a padding wider
+    than a phase's taps; 24 -> 40 channels on an 11x13 input."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, 24, 3, padding=1)
+        self.ups = torch.nn.ModuleList(torch.nn.ConvTranspose2d(24, 40, k, s, p, o)
+                                       for k, s, p, o in SUBPIXEL)
+
+    def forward(self, x):
+        x = torch.relu(self.stem(x))
+        return tuple(up(x) for up in self.ups)
+
+
+def test_transposed_convolutions_as_subpixel_convolutions_match_torch(target):
     torch.manual_seed(0)
-    module = torch.nn.Sequential(
-        torch.nn.Conv2d(3, 24, 3, padding=1), torch.nn.ReLU(),
-        torch.nn.ConvTranspose2d(24, 40, kernel, stride, padding, output_padding)).eval()
+    module = Upsamplers().eval()
     x = torch.randn(1, 3, 11, 13)
     with torch.no_grad():
-        expected = module(x).numpy()
+        expected = [y.numpy() for y in module(x)]
     model = from_torch(module, (x,))
     tasks = extract_tasks(model, target)
     assert not [t for t in tasks if "conv2d_transpose" in t.name], [t.name for t in tasks]
     compiled = build_model(model, target, {})
-    np.testing.assert_allclose(compiled.run(x.numpy())[0], expected, rtol=1e-4, atol=1e-4)
+    outputs = compiled.run(x.numpy())
+    assert len(outputs) == len(SUBPIXEL)
+    for got, want, kind in zip(outputs, expected, SUBPIXEL):
+        assert got.shape == want.shape, kind
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=str(kind))
