@@ -170,7 +170,8 @@ class _Unroller:
             [rb[:2 * hidden], np.zeros(hidden, rb.dtype)])
         proj = self.op("Add", [self.op("MatMul", [xs, self.const(w.T)]), self.const(in_bias)])
         zeros = self.const(np.zeros((batch, hidden), w.dtype))
-        rt = self.const(r.T)  # one constant for every step (a copy per step would be a weight)
+        # each constant made once, for every step (a copy per step would be a weight each)
+        rt = self.const(r.T) if self.kind != "GRU" or lbr else None
         if peep is not None:
             p = peep[d] if peep.ndim == 2 else peep
             pi, po, pf = (self.const(p[k * hidden:(k + 1) * hidden]) for k in range(3))
@@ -179,11 +180,12 @@ class _Unroller:
         hs = [None] * steps
         # rows of steps x examples, split into a [batch, gates x hidden] part per step
         xts = self.split(self.reshape(proj, [steps * batch, gates * hidden]), steps, axis=0)
-        if self.kind == "GRU":  # made once: each step reads the same constants
-            gru_consts = (self.const(np.concatenate([np.zeros(2 * hidden, rb.dtype),
-                                                     rb[2 * hidden:]])),
-                          self.const(r[:2 * hidden].T), self.const(r[2 * hidden:].T),
-                          self.const(rb[2 * hidden:]))
+        if self.kind == "GRU" and lbr:  # h Rᵀ + (0, 0, Rbh)
+            gru = (rt, self.const(np.concatenate([np.zeros(2 * hidden, rb.dtype),
+                                                  rb[2 * hidden:]])))
+        elif self.kind == "GRU":  # h Rzrᵀ, then (r * h) Rhᵀ + Rbh
+            gru = (self.const(r[:2 * hidden].T), self.const(r[2 * hidden:].T),
+                   self.const(rb[2 * hidden:]))
         for t in (reversed(range(steps)) if backward else range(steps)):
             xt = xts[t]
             if self.kind == "RNN":
@@ -200,20 +202,23 @@ class _Unroller:
                     o = self.op("Add", [o, self.op("Mul", [c, po])])
                 h = self.op("Mul", [self.act(f, o), self.act(acts[2] if len(acts) > 2 else g, c)])
             else:
-                h = self.gru_step(xt, h, rt, f, g, batch, hidden, lbr, gru_consts)
+                h = self.gru_step(xt, h, f, g, gru)
             hs[t] = h
         return hs, h, c
 
-    def gru_step(self, xt, h, rt, f, g, batch, hidden, lbr, consts):
-        cand_bias, rzr, rh_t, rbh = consts
+    def gru_step(self, xt, h, f, g, consts):
+        """One GRU step; ``consts`` (two: ``linear_before_reset``, three: not) from
+        ``direction``."""
         xz, xr, xh = self.split(xt, 3, axis=1)
-        if lbr:  # PyTorch's form: r gates the candidate's recurrent product, bias included
+        if len(consts) == 2:  # PyTorch's form: r gates the recurrent product, bias included
+            rt, cand_bias = consts
             hr = self.op("Add", [self.op("MatMul", [h, rt]), cand_bias])
             hz, hr_, hh = self.split(hr, 3, axis=1)
             z = self.act(f, self.op("Add", [xz, hz]))
             reset = self.act(f, self.op("Add", [xr, hr_]))
             cand = self.act(g, self.op("Add", [xh, self.op("Mul", [reset, hh])]))
         else:
+            rzr, rh_t, rbh = consts
             hz, hr_ = self.split(self.op("MatMul", [h, rzr]), 2, axis=1)
             z = self.act(f, self.op("Add", [xz, hz]))
             reset = self.act(f, self.op("Add", [xr, hr_]))
@@ -237,7 +242,7 @@ class _Unroller:
 
         value = np.array(value, order="C")  # 0-d stays 0-d
         key = (value.dtype.str, value.shape, value.tobytes()) if value.size <= 64 else None
-        if key in self.small:  # step indices, shapes: one each
+        if key in self.small:  # reshapes' shapes: one each
             return self.small[key]
         self.count += 1
         name = f"{self.prefix}c{self.count}"

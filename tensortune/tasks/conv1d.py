@@ -19,7 +19,7 @@ convolution gains nothing.
 """
 from __future__ import annotations
 
-from .rewriting import mutate_functions, static_shape
+from .rewriting import calls_op, mutate_functions, static_shape
 
 REWRITE = "1-D convolution as 2-D"
 ROW = 2  # the axis the rewrite adds: N, C, (1), W
@@ -45,56 +45,56 @@ def conv1d_as_conv2d_pass():
 
     from .rewriting import bound_call
 
-    def row_of(var):
-        """The 4-D one-row tensor that ``var`` is the squeeze of, else None."""
-        while isinstance(var, relax.Var):  # through aliases (a reshape to its own shape)
-            value = mutator_.lookup_binding(var)
-            if not isinstance(value, relax.Var):
-                break
-            var = value
-        call = bound_call(mutator_, var, "relax.squeeze")
-        if call is None or call.attrs.axis is None or [int(a) for a in call.attrs.axis] != [ROW]:
-            return None
-        shape = static_shape(call.args[0])
-        return call.args[0] if shape and len(shape) == 4 and shape[ROW] == 1 else None
+    @mutator
+    class Lift(PyExprMutator):
+        def row_of(self, var):
+            """The 4-D one-row tensor that ``var`` is the squeeze of, else None."""
+            while isinstance(var, relax.Var):  # through aliases (a reshape to its own shape)
+                value = self.lookup_binding(var)
+                if not isinstance(value, relax.Var):
+                    break
+                var = value
+            call = bound_call(self, var, "relax.squeeze")
+            if call is None or call.attrs.axis is None \
+                    or [int(a) for a in call.attrs.axis] != [ROW]:
+                return None
+            shape = static_shape(call.args[0])
+            return call.args[0] if shape and len(shape) == 4 and shape[ROW] == 1 else None
 
-    def lifted(arg):
-        """``arg`` as a one-row 4-D operand: the tensor it was squeezed from, or a constant
-        reshaped to broadcast the same way (its last axis stays the row's); else None."""
-        row = row_of(arg)
-        if row is not None:
-            return row
-        if isinstance(arg, GenericConst):
+        def lifted(self, arg):
+            """``arg`` as a one-row 4-D operand: the tensor it was squeezed from, or a
+            constant reshaped to broadcast the same way (its last axis stays the row's)."""
+            row = self.row_of(arg)
+            if row is not None or not isinstance(arg, GenericConst):
+                return row
             value = arg.value.numpy()
             if value.ndim == 0:
                 return arg
-            if value.ndim <= 3:
-                value = value.reshape((1,) * (3 - value.ndim) + value.shape)
-                return relax.const(value.reshape(value.shape[:2] + (1,) + value.shape[2:]))
-        return None
+            if value.ndim > 3:
+                return None
+            value = value.reshape((1,) * (3 - value.ndim) + value.shape)
+            return relax.const(value.reshape(value.shape[:2] + (1,) + value.shape[2:]))
 
-    @mutator
-    class Lift(PyExprMutator):
         def visit_call_(self, call):
             call = super().visit_call_(call)
             name = getattr(call.op, "name", "")
             if name == "relax.nn.conv1d":
                 return self.conv1d(call)
             if name == "relax.expand_dims" and [int(a) for a in call.attrs.axis] == [ROW]:
-                row = row_of(call.args[0])
+                row = self.row_of(call.args[0])
                 return call if row is None else row
             if name == "relax.reshape" and static_shape(call) == static_shape(call.args[0]):
                 return call.args[0]  # decomposed norms reshape to the same shape
             if name in UNARY:
-                row = row_of(call.args[0])
+                row = self.row_of(call.args[0])
                 if row is not None:
                     return self.squeezed(relax.Call(call.op, [row, *call.args[1:]], call.attrs))
             elif name in BINARY and len(static_shape(call) or ()) == 3:
-                rows = [lifted(a) for a in call.args]
-                if None not in rows and any(row_of(a) is not None for a in call.args):
+                rows = [self.lifted(a) for a in call.args]
+                if None not in rows and any(self.row_of(a) is not None for a in call.args):
                     return self.squeezed(relax.Call(call.op, rows, call.attrs))
             elif name in REDUCTIONS and call.attrs.keepdims and call.attrs.axis is not None:
-                row = row_of(call.args[0])
+                row = self.row_of(call.args[0])
                 if row is not None:
                     axes = [int(a) % 3 for a in call.attrs.axis]
                     axes = [a + (a >= ROW) for a in axes]
@@ -108,7 +108,7 @@ def conv1d_as_conv2d_pass():
                     or attrs.out_layout != "NCW" or not isinstance(call.args[1], GenericConst)):
                 return call
             data, weight = call.args
-            row = row_of(data)  # the convolution before it left a row
+            row = self.row_of(data)  # the convolution before it left a row
             if row is None:
                 row = self.builder_.emit(relax.op.expand_dims(data, [ROW]))
             left, right = (int(p) for p in attrs.padding)
@@ -123,13 +123,12 @@ def conv1d_as_conv2d_pass():
         def squeezed(self, value):
             return relax.op.squeeze(self.builder_.emit(value), [ROW])
 
-    mutator_ = None
-
     @tvm.transform.module_pass(opt_level=0, name="TensortuneConv1dAsConv2d")
     def apply(mod, _ctx):
-        nonlocal mutator_
-        mutator_ = Lift(mod)
-        out = mutate_functions(mutator_, mod)
+        if not calls_op(mod, "relax.nn.conv1d"):  # a model without one comes back as it was
+            return mod
+        out = mutate_functions(Lift(mod), mod)
         return relax.transform.DeadCodeElimination()(out)
 
     return apply
+

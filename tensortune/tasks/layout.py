@@ -212,7 +212,6 @@ def transposed_convolutions():
     its input: ``stride^2`` times the work). A kernel computed at run time equal to its stride
     becomes the 1x1 form by reshapes; any other one runs in NCHW between two transposes, as
     the model had it."""
-    import tvm
     from tvm import relax
 
     @relax.expr_functor.mutator
@@ -239,14 +238,11 @@ def transposed_convolutions():
             kh, kw = (int(k) for k in call.attrs.strides)
             cout = int(call.ty.shape[3])
             dtype = str(call.ty.dtype)
-            # HWIO [1, 1, Cin, (a, b, o)] from the kernel [i, o, a, b]
+            # HWIO [1, 1, Cin, (a, b, o)] from the kernel [i, o, a, b], computed at run time (a
+            # constant one is ``subpixel``'s)
             axes = [str(call.attrs.kernel_layout).index(c) for c in "IHWO"]
-            if isinstance(weight, tvm.ir.GenericConst):
-                value = np.transpose(weight.value.numpy(), axes)
-                kernel = relax.const(np.ascontiguousarray(value.reshape(1, 1, cin, -1)))
-            else:
-                kernel = self.builder_.emit(relax.op.permute_dims(weight, axes))
-                kernel = self.builder_.emit(relax.op.reshape(kernel, (1, 1, cin, kh * kw * cout)))
+            kernel = self.builder_.emit(relax.op.permute_dims(weight, axes))
+            kernel = self.builder_.emit(relax.op.reshape(kernel, (1, 1, cin, kh * kw * cout)))
             out = self.builder_.emit(relax.op.nn.conv2d(
                 data, kernel, data_layout="NHWC", kernel_layout="HWIO", out_layout="NHWC",
                 out_dtype=dtype))

@@ -1,6 +1,6 @@
 """What the whole-model rewrites share: the call a variable is bound to, a mutator run over
-every Relax function of a module, how often each variable is read, static shapes and scalar
-constants."""
+every Relax function of a module, whether a module calls an operator, how often each variable
+is read, static shapes and scalar constants."""
 from __future__ import annotations
 
 
@@ -39,6 +39,18 @@ def mutate_functions(mutator, mod):
         if isinstance(func, relax.Function):
             mutator.builder_.update_func(gv, mutator.visit_expr(func))
     return mutator.builder_.get()
+
+
+def calls_op(mod, op: str) -> bool:
+    """Whether a Relax function of ``mod`` calls ``op`` (a name such as ``relax.nn.conv1d``)."""
+    from tvm import relax
+
+    found: list = []
+    for _, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func.body, lambda e: found.append(e) if isinstance(
+                e, relax.Call) and getattr(e.op, "name", "") == op else None)
+    return bool(found)
 
 
 def use_counts(mod) -> dict:
