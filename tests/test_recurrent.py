@@ -1,6 +1,8 @@
-"""ONNX's LSTM, GRU and RNN unrolled over a static sequence (``frontend.onnx_rnn``): the same
-outputs as ONNX's reference for each direction, layout and option, a PyTorch model imported
-and built to match, and refusals that name what cannot be unrolled."""
+"""ONNX's LSTM, GRU and RNN: unrolled over a static sequence (``frontend.onnx_rnn``) and fused
+into one function per layer (``frontend.onnx_recurrence``). Both give ONNX's outputs for each
+direction, layout and option; the fused function's template computes the same for every seed
+and sampled config on irregular shapes; a PyTorch model is imported and built to match, its
+layers fused and tunable; refusals name what cannot be unrolled."""
 import warnings
 
 import numpy as np
@@ -13,6 +15,7 @@ from onnx.reference import ReferenceEvaluator
 from tensortune.frontend import ModelImportError, UnsupportedOperatorError, from_onnx
 from tensortune.frontend.onnx_fold import fold_shape_arithmetic
 from tensortune.frontend.onnx_rnn import RECURRENT, unroll_recurrent
+from tensortune.frontend.recurrence_tir import Recurrence, recurrence_func
 
 GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 
@@ -96,6 +99,73 @@ def test_unrolled_node_computes_what_onnx_defines(case):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
+# every case but GRU's reset-after form (two products per step) is one fused function
+FUSED = {"lstm-bidirectional-peepholes-opset18": "tt_lstm", "lstm-reverse-batch-first": "tt_lstm",
+         "lstm-opset9": "tt_lstm", "gru-reset-before-opset11": "tt_gru",
+         "rnn-relu-reverse": "tt_rnn"}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_imported_layer_is_fused_and_computes_what_onnx_defines(case):
+    from tensortune.tasks import build_model
+    from tensortune.workload import default_target
+
+    model, feeds = _node_model(*CASES[case])
+    imported = from_onnx(model)
+    functions = {gv.name_hint for gv in imported.mod.get_global_vars()}
+    assert (FUSED[case] in functions) if case in FUSED else functions == {"main"}
+    compiled = build_model(imported, default_target(2), {})
+    expected = _reference(model, feeds, layout=CASES[case][2])
+    got = compiled.run(*feeds.values())
+    assert len(got) == len(expected)
+    for want, have in zip(expected, got):
+        np.testing.assert_allclose(np.asarray(have), want, rtol=1e-5, atol=1e-5)
+    assert compiled.default_functions() == []
+
+
+def test_recurrent_template_configs_compute_the_same():
+    """Seeds and sampled configs of ``cpu_recurrent`` on a bidirectional LSTM of 37 units
+    (148 gate columns: vectors of 4), 3 examples, with peepholes and the last cell state,
+    against the unscheduled function."""
+    import tvm
+
+    from tensortune.space import generic_cpu
+    from tensortune.space.seeds import cpu_seeds
+    from tensortune.space.template import apply_template, define_space
+
+    r = Recurrence("LSTM", 9, 2, 3, 37, False, ("Sigmoid", "Tanh", "Tanh"), peepholes=True,
+                   final_cell=True)
+    func = recurrence_func(r)
+    space = define_space(generic_cpu, func)
+    assert {k.name for k in space.knobs} == {"tile_gates", "tile_k", "tile_cell", "parallel"}
+    seeds = cpu_seeds(space, func, lanes=16, threads=2)
+    assert seeds and seeds[0]["parallel"] == "directions"
+    rng = np.random.default_rng(0)
+    D, S, B, H, G = r.directions, r.steps, r.batch, r.hidden, r.gates
+    shapes = [(S, B, D, G * H), (D, H, G * H), (D, G * H), (D, B, H), (D, B, H), (D, 3, H)]
+    args = [(rng.standard_normal(sh) * 0.5).astype(np.float32) for sh in shapes]
+    target = tvm.target.Target({"kind": "llvm", "num-cores": 2})
+
+    def run(mod):
+        out = tvm.runtime.tensor(np.zeros((r.rows, D, B, H), np.float32))
+        tvm.compile(mod, target=target)(*[tvm.runtime.tensor(a) for a in args], out)
+        return out.numpy()
+
+    expected = run(tvm.IRModule({"main": func}))
+    assert np.isfinite(expected).all() and np.abs(expected).max() > 0.05
+    configs = seeds[:3] + [c for c in space.sample_many(8, rng) if c not in seeds][:3]
+    checked = 0
+    for config in configs:
+        try:
+            sch = apply_template(generic_cpu, func, space, config)
+        except Exception as err:  # an oversized register tile is refused by name
+            assert "register tile" in str(err)
+            continue
+        np.testing.assert_allclose(run(sch.mod), expected, rtol=1e-5, atol=1e-6)
+        checked += 1
+    assert checked >= 4
+
+
 class Tagger(torch.nn.Module):
     """A sequence tagger: a 1-D convolution, a two-layer LSTM, a bidirectional GRU (PyTorch's
     ``linear_before_reset``), a classifier per step; 11 steps, irregular widths."""
@@ -115,7 +185,7 @@ class Tagger(torch.nn.Module):
 
 
 def test_pytorch_lstm_and_gru_import_build_and_match(tmp_path):
-    from tensortune.tasks import build_model
+    from tensortune.tasks import build_model, extract_tasks
     from tensortune.workload import default_target
 
     torch.manual_seed(0)
@@ -132,6 +202,12 @@ def test_pytorch_lstm_and_gru_import_build_and_match(tmp_path):
     compiled = build_model(model, default_target(2), {})
     np.testing.assert_allclose(compiled.run(x.numpy())[0], expected, rtol=1e-4, atol=1e-5)
     assert compiled.default_functions() == []
+    # three layers, three fused functions (the LSTM's two layers differ in input width only,
+    # which the projection before them takes), each a task the tuner measures
+    fused = [t for t in extract_tasks(model, default_target(2))
+             if t.name.startswith(("tt_lstm", "tt_gru"))]
+    assert sorted(t.weight for t in fused) == [1, 2]
+    assert all(t.tunable and "4 knobs" in t.reason for t in fused), [t.describe() for t in fused]
 
 
 def test_what_cannot_be_unrolled_is_named():

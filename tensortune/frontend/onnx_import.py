@@ -9,7 +9,8 @@ from ..errors import strict
 from .model import Model, ModelImportError, UnsupportedOperatorError
 from .onnx_clip import clip_as_relax_ops
 from .onnx_fold import fold_shape_arithmetic, upgrade_old_nodes
-from .onnx_rnn import RECURRENT, unroll_recurrent
+from .onnx_recurrence import cut_shapes, stitch_layers
+from .onnx_rnn import RECURRENT, lower_recurrent, unroll_recurrent
 
 # the converter keys operators by op_type alone; a node of another domain would be converted
 # as the standard operator of the same name, so only these domains are trusted
@@ -26,7 +27,6 @@ def from_onnx(path_or_model, input_shapes: dict[str, tuple[int, ...]] | None = N
     the converter lacks before anything is converted.
     """
     import onnx
-    from tvm.relax.frontend.onnx import from_onnx as relax_from_onnx
 
     if isinstance(path_or_model, (str, os.PathLike)):
         try:
@@ -41,25 +41,17 @@ def from_onnx(path_or_model, input_shapes: dict[str, tuple[int, ...]] | None = N
     if unsupported:
         raise UnsupportedOperatorError("onnx", unsupported)
     shape_dict, dtype_dict = _signature(model, dict(input_shapes or {}))
-    model = unroll_recurrent(fold_shape_arithmetic(model, shape_dict))
-    try:
-        model, upgraded = upgrade_old_nodes(model)
-    except Exception:  # a node this cannot read: the converter gets it as it was
-        upgraded = []
-    try:
-        with warnings.catch_warnings():
-            for node in upgraded:  # a later form under the old opset, as the converter wants
-                warnings.filterwarnings("ignore", message=rf"(?s).*Name: {re.escape(node)} ")
-            mod = relax_from_onnx(model, shape_dict=shape_dict, dtype_dict=dtype_dict)
-    except Exception as err:  # the converter's own check and converters refusing attributes
-        message = str(err)
-        marker = "not supported for frontend ONNX:"
-        if marker in message:
-            ops = message.split(marker, 1)[1].splitlines()[0].split(",")
-            raise UnsupportedOperatorError("onnx", [o.strip() for o in ops if o.strip()]) from err
-        first = next((ln.strip() for ln in message.splitlines() if ln.strip()), "")
-        raise ModelImportError(f"onnx frontend failed: {type(err).__name__}: "
-                               f"{first[:300]}") from err
+    model = fold_shape_arithmetic(model, shape_dict)
+    lowered, layers = lower_recurrent(model)
+    mod = _convert(lowered, {**shape_dict, **cut_shapes(layers)},
+                   {**dtype_dict, **{n: "float32" for n in cut_shapes(layers)}})
+    if layers:
+        try:
+            mod = stitch_layers(mod, layers, len(shape_dict), len(model.graph.output))
+        except Exception:  # a graph the stitch does not follow: every layer unrolled instead
+            if strict():  # TENSORTUNE_STRICT: raise what would be swallowed
+                raise
+            mod = _convert(unroll_recurrent(model), shape_dict, dtype_dict)
     try:
         mod = pairwise_variadic_ops(mod)
     except Exception:  # the stacked form computes the same (the NHWC conversion hides it)
@@ -71,6 +63,31 @@ def from_onnx(path_or_model, input_shapes: dict[str, tuple[int, ...]] | None = N
         if strict():
             raise
     return Model.from_ir(mod, "onnx", name or model.graph.name or "onnx_model")
+
+
+def _convert(model, shape_dict: dict, dtype_dict: dict):
+    """TVM's converter on ``model`` (nodes of a later form under an old opset upgraded), its
+    failures as ``UnsupportedOperatorError`` or ``ModelImportError``."""
+    from tvm.relax.frontend.onnx import from_onnx as relax_from_onnx
+
+    try:
+        model, upgraded = upgrade_old_nodes(model)
+    except Exception:  # a node this cannot read: the converter gets it as it was
+        upgraded = []
+    try:
+        with warnings.catch_warnings():
+            for node in upgraded:  # a later form under the old opset, as the converter wants
+                warnings.filterwarnings("ignore", message=rf"(?s).*Name: {re.escape(node)} ")
+            return relax_from_onnx(model, shape_dict=shape_dict, dtype_dict=dtype_dict)
+    except Exception as err:  # the converter's own check and converters refusing attributes
+        message = str(err)
+        marker = "not supported for frontend ONNX:"
+        if marker in message:
+            ops = message.split(marker, 1)[1].splitlines()[0].split(",")
+            raise UnsupportedOperatorError("onnx", [o.strip() for o in ops if o.strip()]) from err
+        first = next((ln.strip() for ln in message.splitlines() if ln.strip()), "")
+        raise ModelImportError(f"onnx frontend failed: {type(err).__name__}: "
+                               f"{first[:300]}") from err
 
 
 # ONNX's variadic elementwise operators as the converter writes them (a reduction over a stack

@@ -1,5 +1,6 @@
-"""ONNX's recurrent operators (``LSTM``, ``GRU``, ``RNN``) unrolled over their static sequence
-into operators TVM's converter has, before import.
+"""ONNX's recurrent operators (``LSTM``, ``GRU``, ``RNN``) rewritten before import: fused into
+one function per layer where it can be (``lower_recurrent``, ``onnx_recurrence``), else unrolled
+over their static sequence into operators TVM's converter has (described here).
 
 TVM 0.27's ONNX converter has no recurrent operator, so a speech, keyword-spotting, OCR or
 time-series model with an ``nn.LSTM`` or ``nn.GRU`` could not be imported at all. With static
@@ -26,6 +27,8 @@ from __future__ import annotations
 import numpy as np
 
 from .model import ModelImportError
+from .onnx_recurrence import FusedLayer, fusable
+from .recurrence_tir import Recurrence
 
 RECURRENT = frozenset({"LSTM", "GRU", "RNN"})
 MAX_STEPS = 2048  # steps x directions of one node: the unrolled graph grows with them
@@ -44,11 +47,23 @@ def unroll_recurrent(model):
     """A copy of ``model`` (its input shapes static: ``fold_shape_arithmetic`` sets them)
     with every ``LSTM``, ``GRU`` and ``RNN`` of its main graph unrolled; ``model`` itself when
     it has none."""
+    return _rewrite(model, fuse=False)[0]
+
+
+def lower_recurrent(model):
+    """``(model, layers)``: ``model`` with each recurrent node that one fused function computes
+    (``onnx_recurrence``) cut out, the rest unrolled. A cut layer's outputs become graph inputs
+    and the values it reads graph outputs; ``onnx_recurrence.stitch_layers`` joins the two in
+    the imported module. ``(model, [])`` when it has no recurrent node."""
+    return _rewrite(model, fuse=True)
+
+
+def _rewrite(model, fuse: bool):
     import onnx
     from onnx import numpy_helper, shape_inference
 
     if not has_recurrent(model):
-        return model
+        return model, []
     try:
         inferred = shape_inference.infer_shapes(model)
     except Exception as err:
@@ -65,27 +80,33 @@ def unroll_recurrent(model):
             weights[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
     model = onnx.ModelProto.FromString(model.SerializeToString())
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
-    nodes, initializers = [], []
+    nodes, initializers, layers = [], [], []
     for index, node in enumerate(model.graph.node):
         if node.op_type not in RECURRENT or node.domain not in ("", "ai.onnx"):
             nodes.append(node)
             continue
-        unrolled = _Unroller(node, index, shapes, weights, opset)
+        unrolled = _Unroller(node, index, shapes, weights, opset, fuse)
         nodes.extend(unrolled.nodes)
         initializers.extend(unrolled.initializers)
+        if unrolled.layer is not None:
+            layers.append(unrolled.layer)
     del model.graph.node[:]
     model.graph.node.extend(nodes)
     model.graph.initializer.extend(initializers)
-    return model
+    for layer in layers:
+        model.graph.input.extend(layer.cut_inputs())
+        model.graph.output.extend(layer.cut_outputs())
+    return model, layers
 
 
 class _Unroller:
     """The nodes and constants computing one recurrent node (ONNX's operator definitions)."""
 
-    def __init__(self, node, index: int, shapes: dict, weights: dict, opset: int):
+    def __init__(self, node, index: int, shapes: dict, weights: dict, opset: int,
+                 fuse: bool = False):
         from onnx import helper
 
-        self.node, self.kind, self.opset = node, node.op_type, opset
+        self.node, self.kind, self.opset, self.layer = node, node.op_type, opset, None
         self.prefix = f"tt_{self.kind.lower()}{index}_"
         self.nodes, self.initializers, self.count, self.small = [], [], 0, {}
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
@@ -118,10 +139,19 @@ class _Unroller:
         # time-major input for every layout: one projection of every step below
         xs = x if layout == 0 else self.op("Transpose", [x], perm=[1, 0, 2])
         reverse = attrs.get("direction", b"forward") in (b"reverse", "reverse")
+        c0 = inputs[6] if self.kind == "LSTM" else ""
+        if fuse and fusable(self.kind, attrs, self.activations, weights[w].dtype):
+            self.fused(xs, weights[w], weights[r], bias, weights.get(inputs[7]) if
+                       self.kind == "LSTM" and inputs[7] else None,
+                       Recurrence(self.kind, steps, directions, batch, hidden, reverse,
+                                  tuple(self.activations[:len(DEFAULT_ACTIVATIONS[self.kind])]),
+                                  peepholes=self.kind == "LSTM" and bool(inputs[7]),
+                                  final_cell=len(node.output) > 2 and bool(node.output[2])),
+                       layout, [h0, c0], weights)
+            return
         outs, finals, cells = [], [], []
         # initial states [D|B, B|D, H], one [B, H] per direction
         h0s = self.parts(h0, directions, layout, [batch, hidden]) if h0 else [None] * directions
-        c0 = inputs[6] if self.kind == "LSTM" else ""
         c0s = self.parts(c0, directions, layout, [batch, hidden]) if c0 else [None] * directions
         for d in range(directions):
             backward = reverse or d == 1
@@ -143,6 +173,51 @@ class _Unroller:
                 if len(results[i]) > 1 else results[i][0]
             self.op("Transpose" if layout else "Identity", [value], out=name,
                     **({"perm": perms[i]} if layout else {}))
+
+    def fused(self, xs, w, r, bias, peep, rec: Recurrence, layout: int, states, weights):
+        """The input projection of every step and direction (one ``MatMul``), and the layer
+        the fused function computes from it (``self.layer``)."""
+        gh, hidden, dirs = rec.gates * rec.hidden, rec.hidden, rec.directions
+        zeros = np.zeros(gh, np.float32)
+        in_bias, rec_bias = [], []
+        for d in range(dirs):
+            wb, rb = bias[d][:gh], bias[d][gh:]
+            if self.kind == "GRU":  # the candidate's recurrent bias is gated by r, in the cell
+                in_bias.append(wb + np.concatenate([rb[:2 * hidden], zeros[:hidden]]))
+                rec_bias.append(np.concatenate([zeros[:2 * hidden], rb[2 * hidden:]]))
+            else:
+                in_bias.append(wb + rb)
+                rec_bias.append(zeros)
+        proj = self.op("Add", [self.op("MatMul", [xs, self.const(np.concatenate(
+            [w[d].T for d in range(dirs)], axis=1))]), self.const(np.concatenate(in_bias))])
+        shape = (dirs, rec.batch, hidden)
+
+        def state(name):  # [D, B, H] for either layout: an array when constant
+            if not name:
+                return np.zeros(shape, np.float32)
+            if name in weights:
+                return np.ascontiguousarray(weights[name].transpose(1, 0, 2) if layout
+                                            else weights[name]).astype(np.float32)
+            return self.op("Transpose", [name], perm=[1, 0, 2]) if layout else name
+
+        # the values the layer reads first: the importer meets them before its outputs' users
+        projection = self.reshape(proj, [rec.steps, rec.batch, dirs, gh])
+        h0, c0 = state(states[0]), state(states[1]) if self.kind == "LSTM" else None
+        if peep is not None:  # [D, 3H], or one [3H] row for both directions
+            peep = np.broadcast_to(np.asarray(peep, np.float32).reshape(-1, 3, hidden),
+                                   (dirs, 3, hidden)).copy()
+        outputs = []
+        perms = [[2, 0, 1, 3], [1, 0, 2], [1, 0, 2]]  # Y, Y_h, Y_c to layout 1
+        for i, name in enumerate((list(self.node.output) + ["", ""])[:3]):
+            cut = f"{self.prefix}out{i}" if name else ""
+            outputs.append(cut)
+            if name:
+                self.op("Transpose" if layout else "Identity", [cut], out=name,
+                        **({"perm": perms[i]} if layout else {}))
+        self.layer = FusedLayer(
+            rec, projection=projection, h0=h0, c0=c0,
+            rt=np.ascontiguousarray(np.transpose(r, (0, 2, 1))).astype(np.float32),
+            rb=np.stack(rec_bias).astype(np.float32), peep=peep, outputs=tuple(outputs))
 
     def check(self, attrs: dict):
         if attrs.get("clip") is not None:

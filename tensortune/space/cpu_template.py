@@ -14,6 +14,7 @@ from .analysis import (TemplateMismatch, analyze, inline_epilogue, inline_side_p
                        is_tiled, pad_ragged, short_name)
 from .cpu_attention import attention_cpu, is_attention
 from .cpu_expand_depthwise import expand_depthwise_cpu, is_expand_depthwise
+from .cpu_recurrent import is_recurrence, recurrent_cpu
 from .cpu_rowwise import rowwise_cpu
 from .loops import extent, vectorize_vectors
 from .space import InvalidConfigError
@@ -32,13 +33,16 @@ WEIGHTS_CACHED = 1 << 18
 def generic_cpu(cfg, sch):
     """Define (with a ``SpaceBuilder``) or apply (with a ``ConfigSource``) the CPU space: the
     tiling below for one reduction, ``cpu_expand_depthwise`` for a fused expand-then-depthwise
-    pair, ``cpu_attention`` for fused attention, ``cpu_rowwise`` for everything else."""
+    pair, ``cpu_attention`` for fused attention, ``cpu_recurrent`` for a fused recurrent
+    layer, ``cpu_rowwise`` for everything else."""
     from tvm.tirx import IndexMap
 
     if is_expand_depthwise(sch):
         return expand_depthwise_cpu(cfg, sch)
     if is_attention(sch):
         return attention_cpu(cfg, sch)
+    if is_recurrence(sch):
+        return recurrent_cpu(cfg, sch)
     if not is_tiled(sch):
         return rowwise_cpu(cfg, sch)
     pads = pad_ragged(sch)  # 197 rows computed as 200: a register tile of rows divides them

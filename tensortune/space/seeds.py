@@ -25,6 +25,7 @@ from __future__ import annotations
 from .analysis import analyze, is_tiled, pad_ragged, short_name
 from .cpu_attention import attention_seeds, is_attention
 from .cpu_expand_depthwise import expand_depthwise_seeds, is_expand_depthwise
+from .cpu_recurrent import is_recurrence, recurrent_seeds
 from .cpu_rowwise import rowwise_seeds
 from .config import Config
 from .space import ConfigSpace
@@ -50,6 +51,8 @@ def cpu_seeds(space: ConfigSpace, prim_func, lanes: int = 8, threads: int = 2,
         return expand_depthwise_seeds(space, sch, lanes)[:limit]
     if is_attention(sch):
         return attention_seeds(space, sch, lanes)[:limit]
+    if is_recurrence(sch):
+        return recurrent_seeds(space, sch, lanes)[:limit]
     if not is_tiled(sch):
         return rowwise_seeds(space, prim_func, lanes, threads, limit)
     pad_ragged(sch)  # the template's padded extents
