@@ -26,6 +26,7 @@ FOLDABLE = frozenset({"Shape", "Gather", "Div", "Mul", "Add", "Sub", "Concat", "
                       "Mod", "Neg", "Abs", "Less", "Greater", "Not", "And", "Or"})
 MAX_ELEMENTS = 64  # a shape, not a tensor of data
 MAX_FILL = 1 << 24  # a ConstantOfShape folded up to 64 MB of float32
+MAX_PASSES = 32  # rounds of shape inference and folding (a diffusion block needed 6)
 
 
 def fold_shape_arithmetic(model, input_shapes: dict[str, list[int]]):
@@ -43,10 +44,24 @@ def fold_shape_arithmetic(model, input_shapes: dict[str, list[int]]):
             for d, size in zip(dims, input_shapes[inp.name]):
                 d.ClearField("dim_param")
                 d.dim_value = int(size)
+    # a chain folded makes the shapes after it known (a reshape by a folded shape), and so
+    # the next chain foldable: ``torch.chunk`` after an attention's reshapes, a diffusion
+    # U-Net's GEGLU
+    for _ in range(MAX_PASSES):
+        model, changed = _fold_once(model, shape_inference, numpy_helper, helper,
+                                    ReferenceEvaluator)
+        if not changed:
+            break
+    return model
+
+
+def _fold_once(model, shape_inference, numpy_helper, helper, ReferenceEvaluator):
+    """``(model, changed)``: one pass of shape inference and folding (``model`` changed in
+    place)."""
     try:
         inferred = shape_inference.infer_shapes(model)
     except Exception:  # an unusual model: import it as it is
-        return model
+        return model, False
     shapes = {}
     for vi in list(inferred.graph.value_info) + list(inferred.graph.input):
         dims = vi.type.tensor_type.shape.dim
@@ -86,7 +101,7 @@ def fold_shape_arithmetic(model, input_shapes: dict[str, list[int]]):
     if changed:
         del model.graph.node[:]
         model.graph.node.extend(kept)
-    return model
+    return model, changed
 
 
 def _evaluate(node, known, helper, ReferenceEvaluator, opsets):
