@@ -12,7 +12,7 @@ SHAPES = [
     BatchMatmul(b=2, m=8, n=16, k=4),
     Conv2d(n=1, c=4, h=6, w=6, filters=8, kh=3, kw=3, stride=1, padding=1),
     Conv2d(n=1, c=4, h=7, w=7, filters=4, kh=3, kw=3, stride=2, padding=1, groups=4),  # depthwise
-    Conv2d(n=1, c=48, h=5, w=5, filters=72, kh=1, kw=1),  # weights larger than activations
+    Conv2d(n=1, c=24, h=5, w=5, filters=40, kh=1, kw=1),  # weights larger than activations
 ]
 
 

@@ -71,10 +71,11 @@ def test_jobs_are_measured_and_timed_on_the_pool_and_share_their_tasks(pool, onn
             assert task["best_us"] == next(t["best_us"] for t in results[owner]["tasks"]
                                            if t["key"] == task["key"])
     assert any(e["kind"] == "stage" and e["data"]["stage"] == "wait" for e in events[taker])
-    # both built with the tuned configs: the same kernels, so close latencies
+    # both built with tuned configs of the same tasks (their latencies are timings on a
+    # shared machine, not compared: a busy neighbour once made one 2.4x the other)
     assert all(t["best_us"] for t in results[taker]["tasks"])
-    ratio = results[taker]["latency_ms"] / results[owner]["latency_ms"]
-    assert 0.5 < ratio < 2.0, ratio
+    assert {t["key"] for t in results[taker]["tasks"]} == {t["key"] for t in results[owner]["tasks"]}
+    assert all(r["latency_ms"] > 0 for r in results.values())
 
 
 def test_a_target_no_device_of_the_pool_runs_is_refused(pool, onnx_models, tmp_path):
