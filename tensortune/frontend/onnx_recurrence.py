@@ -170,12 +170,12 @@ def stitch_layers(mod, layers, kept_inputs: int, kept_outputs: int):
                     return relax.const(v)
                 return self.visit_expr(read_exprs[names.index(v)])
 
+            zeros = lambda *shape: np.zeros(shape, np.float32)  # noqa: E731
+            state = (r.directions, r.batch, r.hidden)
             args = [value(layer.projection), relax.const(layer.rt), relax.const(layer.rb),
-                    value(layer.h0)]
-            if r.kind == "LSTM":
-                peep = layer.peep if layer.peep is not None else np.zeros(
-                    (r.directions, 3, r.hidden), np.float32)
-                args += [value(layer.c0), relax.const(peep)]
+                    value(layer.h0), value(layer.c0 if layer.c0 is not None else zeros(*state)),
+                    relax.const(layer.peep if layer.peep is not None else
+                                zeros(r.directions, 3, r.hidden))]
             gv = self.builder_.add_func(recurrence_func(r), f"tt_{r.kind.lower()}")
             full = emit(relax.call_tir(gv, args, relax.TensorType(
                 (r.rows, r.directions, r.batch, r.hidden), "float32")))

@@ -95,9 +95,9 @@ def activation(name: str, x):
 
 
 def recurrence_func(r: Recurrence):
-    """The layer's ``PrimFunc``: ``(P[S, B, D, G*H], Rt[D, H, G*H], Rb[D, G*H], H0[D, B, H]
-    [, C0[D, B, H], Peep[D, 3, H]], Y[S(+1), D, B, H])`` (``C0`` and ``Peep`` for an LSTM,
-    zeros when the layer has none). ``P`` is the input projection of every step and direction
+    """The layer's ``PrimFunc``: ``(P[S, B, D, G*H], Rt[D, H, G*H], Rb[D, G*H], H0[D, B, H],
+    C0[D, B, H], Peep[D, 3, H], Y[S(+1), D, B, H])`` (``C0`` and ``Peep`` read by an LSTM
+    only; zeros when it has none). ``P`` is the input projection of every step and direction
     (one matrix product's output), ``Rt`` is ``R`` transposed and ``Rb`` the bias added to
     ``h Rᵀ`` (GRU's candidate bias, which ``r`` gates; zero otherwise). ``Y`` is ONNX's ``Y``
     (layout 0), with the last cell state as one more row when ``final_cell``.
@@ -114,7 +114,7 @@ def recurrence_func(r: Recurrence):
     kind, peep = r.kind, r.peepholes
     # measured with random inputs: recurrent weights of 1 / H keep the steps contractive, so
     # the tuner's check against the reference does not see rounding grown chaotic
-    scales = [1.0, 1.0 / H] + [1.0] * (4 if kind == "LSTM" else 2)
+    scales = [1.0, 1.0 / H, 1.0, 1.0, 1.0, 1.0]
     acts = list(r.activations) + [r.activations[-1]] * 2
     f = lambda x: activation(acts[0], x)  # noqa: E731
     g = lambda x: activation(acts[1], x)  # noqa: E731
@@ -156,59 +156,24 @@ def recurrence_func(r: Recurrence):
         return g(cn[d, b, i]) * (1.0 - f(pre(P, acc, d, s, b, 0, i))) + \
             f(pre(P, acc, d, s, b, 0, i)) * h[d, b, i]
 
-    if kind == "LSTM":
-        @T.prim_func(s_tir=True)
-        def lstm(P: T.Buffer((S, B, D, GH), "float32"), Rt: T.Buffer((D, H, GH), "float32"),
-                 Rb: T.Buffer((D, GH), "float32"), H0: T.Buffer((D, B, H), "float32"),
-                 C0: T.Buffer((D, B, H), "float32"), Peep: T.Buffer((D, 3, H), "float32"),
-                 Y: T.Buffer((ROWS, D, B, H), "float32")):
-            T.func_attr({"tirx.noalias": True, INPUT_SCALE: scales})
-            h = T.sblock_alloc_buffer((D, B, H))
-            c = T.sblock_alloc_buffer((D, B, H))
-            cn = T.sblock_alloc_buffer((D, B, H))
-            acc = T.sblock_alloc_buffer((D, B, GH))
-            for d, b, i in T.grid(D, B, H):
-                with T.sblock(INIT):
-                    vd, vb, vi = T.axis.remap("SSS", [d, b, i])
-                    h[vd, vb, vi] = H0[vd, vb, vi]
-                    c[vd, vb, vi] = C0[vd, vb, vi]
-            for d, s in T.grid(D, S):
-                for b, j, k in T.grid(B, GH, H):
-                    with T.sblock(GATES_BLOCK):
-                        vd, vs, vb, vj, vk = T.axis.remap("SSSSR", [d, s, b, j, k])
-                        with T.init():
-                            acc[vd, vb, vj] = Rb[vd, vj]
-                        acc[vd, vb, vj] = acc[vd, vb, vj] + h[vd, vb, vk] * Rt[vd, vk, vj]
-                for b, i in T.grid(B, H):
-                    with T.sblock(CELL):
-                        vd, vs, vb, vi = T.axis.remap("SSSS", [d, s, b, i])
-                        cn[vd, vb, vi] = lstm_cell(P, acc, c, Peep, vd, vs, vb, vi)
-                for b, i in T.grid(B, H):
-                    with T.sblock(OUT):
-                        vd, vs, vb, vi = T.axis.remap("SSSS", [d, s, b, i])
-                        Y[step(vd, vs), vd, vb, vi] = lstm_hidden(P, acc, cn, Peep, vd, vs, vb,
-                                                                  vi)
-                        if ROWS > S:
-                            Y[S, vd, vb, vi] = cn[vd, vb, vi]
-                for b, i in T.grid(B, H):
-                    with T.sblock(STATE):
-                        vd, vs, vb, vi = T.axis.remap("SSSS", [d, s, b, i])
-                        c[vd, vb, vi] = cn[vd, vb, vi]
-                        h[vd, vb, vi] = Y[step(vd, vs), vd, vb, vi]
-        return lstm.with_attr("global_symbol", "tt_lstm")
+    lstm = kind == "LSTM"
 
     @T.prim_func(s_tir=True)
-    def cell(P: T.Buffer((S, B, D, GH), "float32"), Rt: T.Buffer((D, H, GH), "float32"),
-             Rb: T.Buffer((D, GH), "float32"), H0: T.Buffer((D, B, H), "float32"),
-             Y: T.Buffer((ROWS, D, B, H), "float32")):
+    def layer(P: T.Buffer((S, B, D, GH), "float32"), Rt: T.Buffer((D, H, GH), "float32"),
+              Rb: T.Buffer((D, GH), "float32"), H0: T.Buffer((D, B, H), "float32"),
+              C0: T.Buffer((D, B, H), "float32"), Peep: T.Buffer((D, 3, H), "float32"),
+              Y: T.Buffer((ROWS, D, B, H), "float32")):
         T.func_attr({"tirx.noalias": True, INPUT_SCALE: scales})
         h = T.sblock_alloc_buffer((D, B, H))
+        c = T.sblock_alloc_buffer((D, B, H))
         cn = T.sblock_alloc_buffer((D, B, H))
         acc = T.sblock_alloc_buffer((D, B, GH))
         for d, b, i in T.grid(D, B, H):
             with T.sblock(INIT):
                 vd, vb, vi = T.axis.remap("SSS", [d, b, i])
                 h[vd, vb, vi] = H0[vd, vb, vi]
+                if lstm:
+                    c[vd, vb, vi] = C0[vd, vb, vi]
         for d, s in T.grid(D, S):
             for b, j, k in T.grid(B, GH, H):
                 with T.sblock(GATES_BLOCK):
@@ -219,13 +184,24 @@ def recurrence_func(r: Recurrence):
             for b, i in T.grid(B, H):
                 with T.sblock(CELL):
                     vd, vs, vb, vi = T.axis.remap("SSSS", [d, s, b, i])
-                    cn[vd, vb, vi] = cell_input(P, acc, vd, vs, vb, vi)
+                    if lstm:
+                        cn[vd, vb, vi] = lstm_cell(P, acc, c, Peep, vd, vs, vb, vi)
+                    else:
+                        cn[vd, vb, vi] = cell_input(P, acc, vd, vs, vb, vi)
             for b, i in T.grid(B, H):
                 with T.sblock(OUT):
                     vd, vs, vb, vi = T.axis.remap("SSSS", [d, s, b, i])
-                    Y[step(vd, vs), vd, vb, vi] = cell_hidden(P, acc, cn, h, vd, vs, vb, vi)
+                    if lstm:
+                        Y[step(vd, vs), vd, vb, vi] = lstm_hidden(P, acc, cn, Peep, vd, vs, vb,
+                                                                  vi)
+                    else:
+                        Y[step(vd, vs), vd, vb, vi] = cell_hidden(P, acc, cn, h, vd, vs, vb, vi)
+                    if ROWS > S:
+                        Y[S, vd, vb, vi] = cn[vd, vb, vi]
             for b, i in T.grid(B, H):
                 with T.sblock(STATE):
                     vd, vs, vb, vi = T.axis.remap("SSSS", [d, s, b, i])
+                    if lstm:
+                        c[vd, vb, vi] = cn[vd, vb, vi]
                     h[vd, vb, vi] = Y[step(vd, vs), vd, vb, vi]
-    return cell.with_attr("global_symbol", f"tt_{kind.lower()}")
+    return layer.with_attr("global_symbol", f"tt_{kind.lower()}")
