@@ -118,16 +118,19 @@ def warm(peer: ModelPeer, inputs: Sequence[np.ndarray], times: int = 3) -> list[
 
 
 def time_interleaved(peers: Mapping[str, Callable[[], object]], rounds: int = 5,
-                     per_round: int = 10, settle_s: float = 0.02) -> dict[str, list[float]]:
+                     per_round: int = 10, settle_s: float = 0.3) -> dict[str, list[float]]:
     """Seconds per call of each ``peers`` entry: ``rounds`` rounds, each timing every entry
     ``per_round`` times in turn (the round's median kept), so all share the same moments of
     the machine; returns each entry's per-round medians.
 
     Before each entry's calls: ``settle_s`` of sleep and one untimed call. Every engine's
     worker threads spin for a while after a call (tensortune's launcher about 10 ms, ONNX
-    Runtime's pool too), and on two cores the next entry's first calls shared them with the
-    spinning threads: a 1.6 ms ONNX Runtime model made tensortune's recurrent model 8.2 ms
-    instead of 6.5 (2026-11-28)."""
+    Runtime's pool too, TVM's own pool up to 300,000 yields), and on two cores the next
+    entry's calls shared them with the spinning threads: a 1.6 ms ONNX Runtime model made
+    tensortune's recurrent model 8.2 ms instead of 6.5; with 20 ms of settling, a TVM pool
+    worker still took 60 ms of CPU during ONNX Runtime's next 20 calls, which timed 6.3 ms
+    instead of 1.6 in three of four ``tune-model`` comparisons (2026-11-28). 0.3 s: none in
+    three."""
     result: dict[str, list[float]] = {name: [] for name in peers}
     for _ in range(rounds):
         for name, fn in peers.items():
