@@ -34,8 +34,6 @@ def fold_shape_arithmetic(model, input_shapes: dict[str, list[int]]):
     number of nodes folded is ``len(model.graph.node) - len(result.graph.node)`` plus the
     ``Constant`` nodes added."""
     import onnx
-    from onnx import helper, numpy_helper, shape_inference
-    from onnx.reference import ReferenceEvaluator
 
     model = onnx.ModelProto.FromString(model.SerializeToString())
     for inp in model.graph.input:  # the shapes the model will be imported with
@@ -48,16 +46,18 @@ def fold_shape_arithmetic(model, input_shapes: dict[str, list[int]]):
     # the next chain foldable: ``torch.chunk`` after an attention's reshapes, a diffusion
     # U-Net's GEGLU
     for _ in range(MAX_PASSES):
-        model, changed = _fold_once(model, shape_inference, numpy_helper, helper,
-                                    ReferenceEvaluator)
+        model, changed = _fold_once(model)
         if not changed:
             break
     return model
 
 
-def _fold_once(model, shape_inference, numpy_helper, helper, ReferenceEvaluator):
+def _fold_once(model):
     """``(model, changed)``: one pass of shape inference and folding (``model`` changed in
     place)."""
+    from onnx import helper, numpy_helper, shape_inference
+    from onnx.reference import ReferenceEvaluator
+
     try:
         inferred = shape_inference.infer_shapes(model)
     except Exception:  # an unusual model: import it as it is

@@ -43,8 +43,8 @@ def from_onnx(path_or_model, input_shapes: dict[str, tuple[int, ...]] | None = N
     shape_dict, dtype_dict = _signature(model, dict(input_shapes or {}))
     model = fold_shape_arithmetic(model, shape_dict)
     lowered, layers = lower_recurrent(model)
-    mod = _convert(lowered, {**shape_dict, **cut_shapes(layers)},
-                   {**dtype_dict, **{n: "float32" for n in cut_shapes(layers)}})
+    cut = cut_shapes(layers)  # the layers' outputs, graph inputs while the converter runs
+    mod = _convert(lowered, {**shape_dict, **cut}, {**dtype_dict, **dict.fromkeys(cut, "float32")})
     if layers:
         try:
             mod = stitch_layers(mod, layers, len(shape_dict), len(model.graph.output))

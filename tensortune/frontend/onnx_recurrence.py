@@ -84,10 +84,10 @@ class FusedLayer:
     recurrence: Recurrence
     projection: str  # [S, B, D, G*H]
     h0: str | np.ndarray  # [D, B, H]
-    c0: str | np.ndarray | None
+    c0: str | np.ndarray  # [D, B, H]; zeros but for an LSTM's given initial cell state
     rt: np.ndarray  # [D, H, G*H]
     rb: np.ndarray  # [D, G*H]
-    peep: np.ndarray | None  # [D, 3, H]
+    peep: np.ndarray  # [D, 3, H]; zeros but for an LSTM's peepholes
     outputs: tuple[str, str, str]
 
     def output_shapes(self) -> list[list[int]]:
@@ -170,12 +170,8 @@ def stitch_layers(mod, layers, kept_inputs: int, kept_outputs: int):
                     return relax.const(v)
                 return self.visit_expr(read_exprs[names.index(v)])
 
-            zeros = lambda *shape: np.zeros(shape, np.float32)  # noqa: E731
-            state = (r.directions, r.batch, r.hidden)
             args = [value(layer.projection), relax.const(layer.rt), relax.const(layer.rb),
-                    value(layer.h0), value(layer.c0 if layer.c0 is not None else zeros(*state)),
-                    relax.const(layer.peep if layer.peep is not None else
-                                zeros(r.directions, 3, r.hidden))]
+                    value(layer.h0), value(layer.c0), relax.const(layer.peep)]
             gv = self.builder_.add_func(recurrence_func(r), f"tt_{r.kind.lower()}")
             full = emit(relax.call_tir(gv, args, relax.TensorType(
                 (r.rows, r.directions, r.batch, r.hidden), "float32")))

@@ -202,10 +202,10 @@ class _Unroller:
 
         # the values the layer reads first: the importer meets them before its outputs' users
         projection = self.reshape(proj, [rec.steps, rec.batch, dirs, gh])
-        h0, c0 = state(states[0]), state(states[1]) if self.kind == "LSTM" else None
-        if peep is not None:  # [D, 3H], or one [3H] row for both directions
-            peep = np.broadcast_to(np.asarray(peep, np.float32).reshape(-1, 3, hidden),
-                                   (dirs, 3, hidden)).copy()
+        h0, c0 = state(states[0]), state(states[1])  # c0: "" but for an LSTM
+        # [D, 3H], or one [3H] row for both directions; zeros without peepholes
+        peep = np.zeros((dirs, 3, hidden), np.float32) if peep is None else np.broadcast_to(
+            np.asarray(peep, np.float32).reshape(-1, 3, hidden), (dirs, 3, hidden)).copy()
         outputs = []
         perms = [[2, 0, 1, 3], [1, 0, 2], [1, 0, 2]]  # Y, Y_h, Y_c to layout 1
         for i, name in enumerate((list(self.node.output) + ["", ""])[:3]):
