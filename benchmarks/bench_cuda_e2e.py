@@ -14,11 +14,11 @@ tensortune's kernels), eager TF32 (reference only), and torch.compile FP32. Each
 engine back to back for about ``--round-ms`` and synchronizes; the per-round means' median is
 reported.
 
-    python benchmarks/bench_cuda_e2e.py prepare mobilenet_v2 --out DIR [--records LOG]
+    python benchmarks/bench_cuda_e2e.py prepare mobilenet_v2|NET.onnx --out DIR [--records LOG]
         [--synthetic-weights SEED] [--no-cuda-graph] [--home DIR]
     python benchmarks/bench_cuda_e2e.py runtime --out RT [--python 3.12] --like DIR
     python benchmarks/bench_cuda_e2e.py run DIR [DIR ...] --runtime RT [--rounds 7]
-        [--no-compile] [--json OUT]
+        [--no-compile] [--peer-script NAME=benchmarks/usernet_NAME.py] [--json OUT]
 """
 from __future__ import annotations
 
@@ -47,7 +47,10 @@ def prepare(args) -> None:
     settings = Settings.from_env()
     settings = dataclasses.replace(settings, target=parse_target(args.target),
                                    **({"home": Path(args.home)} if args.home else {}))
-    session = Session.from_zoo(args.model, image_size=args.image_size, settings=settings)
+    if args.model.endswith(".onnx"):  # a user's network: its own name is the file's stem
+        session = Session.from_onnx(args.model, settings=settings)
+    else:
+        session = Session.from_zoo(args.model, image_size=args.image_size, settings=settings)
     start = time.perf_counter()
     session.build(best=None if args.records is None else str(args.records),
                   tuned=args.records is not None, cuda_graph=args.cuda_graph)
@@ -102,16 +105,45 @@ def _timed(fn, sync, round_ms: float) -> tuple:
     return one_round, number
 
 
-def _torch_engines(name: str, x: np.ndarray, compile_: bool, dev: str, sync) -> dict:
-    """PyTorch's engines for zoo model ``name`` on input ``x``: eager FP32, eager TF32 and
-    torch.compile FP32 (compiled once per model, whatever the number of exports timed)."""
+def _script_module(path: str):
+    """The ``torch.nn.Module`` a user's-network script (``benchmarks/usernet_*.py``) exports:
+    the script is run with ``torch.onnx.export`` replaced by a catch, so the GPU host builds
+    the same network from the same seed without exporting anything."""
+    import runpy
+
     import torch
 
-    from tensortune.zoo import zoo_model
+    caught = {}
 
-    module, _ = zoo_model(name, image_size=int(x.shape[-1]))
+    def catch(module, args, *rest, **kwargs):
+        caught["module"] = module
+
+    real, argv = torch.onnx.export, sys.argv
+    torch.onnx.export, sys.argv = catch, [path, "unused.onnx"]
+    try:
+        runpy.run_path(path, run_name="__main__")
+    finally:
+        torch.onnx.export, sys.argv = real, argv
+    if "module" not in caught:
+        raise RuntimeError(f"{path} exported no module")
+    return caught["module"]
+
+
+def _torch_engines(name: str, xs: list, compile_: bool, dev: str, sync,
+                   scripts: dict) -> dict:
+    """PyTorch's engines for model ``name`` (a zoo model, or a user's network built by its
+    script in ``scripts``) on inputs ``xs``: eager FP32, eager TF32 and torch.compile FP32
+    (compiled once per model, whatever the number of exports timed)."""
+    import torch
+
+    if name in scripts:
+        module = _script_module(scripts[name])
+    else:
+        from tensortune.zoo import zoo_model
+
+        module, _ = zoo_model(name, image_size=int(xs[0].shape[-1]))
     module = module.to(dev).eval()
-    xt = torch.from_numpy(x).to(dev)
+    xts = [torch.from_numpy(x).to(dev) for x in xs]
 
     def tf32(on: bool):
         torch.backends.cuda.matmul.allow_tf32 = on
@@ -121,7 +153,7 @@ def _torch_engines(name: str, x: np.ndarray, compile_: bool, dev: str, sync) -> 
         def call():
             tf32(on)
             with torch.no_grad():
-                return fn(xt)
+                return fn(*xts)
         return call
 
     out = {"output": caller(module, False)().float().cpu().numpy(), "compile_s": None,
@@ -130,7 +162,12 @@ def _torch_engines(name: str, x: np.ndarray, compile_: bool, dev: str, sync) -> 
     if compile_:
         compiled = torch.compile(module)
         start = time.perf_counter()
-        caller(compiled, False)()
+        try:
+            caller(compiled, False)()
+        except Exception as err:  # a model torch.compile can't take still has eager's times
+            out["compile_error"] = f"{type(err).__name__}: {str(err)[:300]}"
+            print(json.dumps({"model": name, "torch_compile": out["compile_error"]}), flush=True)
+            return out
         sync()
         out["compile_s"] = time.perf_counter() - start
         out["engines"]["torch_compile_fp32"] = (caller(compiled, False), sync)
@@ -181,16 +218,17 @@ def _time_export(directory: Path, args, peers: dict, torch_dev: str, torch_sync)
     manifest = model.manifest
     worst = model.check()
     with np.load(directory / manifest["check"]["file"]) as data:
-        x = data["input:" + model.inputs[0]["name"]]
+        xs = [data["input:" + t["name"]] for t in model.inputs]
         expected = data["output:" + model.outputs[0]["name"]]
     name = manifest["name"]
     if name not in peers:
-        peers[name] = _torch_engines(name, x, args.compile, torch_dev, torch_sync)
+        peers[name] = _torch_engines(name, xs, args.compile, torch_dev, torch_sync,
+                                     dict(p.split("=", 1) for p in args.peer_script))
     torch_side = peers[name]
     real = manifest["weights"].get("synthetic") is None
     torch_err = (float(np.max(np.abs(torch_side["output"] - expected))
                        / np.max(np.abs(expected))) if real else None)
-    args_tvm = model._args((), {model.inputs[0]["name"]: x})
+    args_tvm = model._args(tuple(xs), {})
     main, dev = model._main, model.device
     engines = {"tensortune": (lambda: main(*args_tvm), dev.sync), **torch_side["engines"]}
     rounds = {name_: _timed(fn, sync, args.round_ms) for name_, (fn, sync) in engines.items()}
@@ -239,6 +277,9 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--round-ms", type=float, default=60.0)
     p.add_argument("--no-compile", dest="compile", action="store_false")
+    p.add_argument("--peer-script", action="append", default=[], metavar="NAME=SCRIPT",
+                   help="the PyTorch peer of export NAME (a user's network) is the module "
+                        "SCRIPT exports (benchmarks/usernet_*.py)")
     p.add_argument("--json", default=None)
     p.set_defaults(func=run)
     args = parser.parse_args()
