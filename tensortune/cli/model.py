@@ -58,6 +58,8 @@ def tune_model(
                                    "reading Q, K, V where the projection wrote them"),
     conv1d: bool = typer.Option(True, help="1-D convolutions as one-row 2-D ones, channels "
                                 "last from one to the next (nhwc)"),
+    norms: bool = typer.Option(True, help="ONNX's decomposed group and instance norms as one "
+                               "group norm, carried channels-last (nhwc)"),
     cold_weights: bool = typer.Option(True, help="time a function with its constant weights "
                                       "flushed from the caches before each call, as in the model"),
     confirm_rounds: int = typer.Option(3, min=0, help="time each heavy task's best four configs "
@@ -87,7 +89,8 @@ def tune_model(
             target, settings, hardware_free or records is not None, verify_top))
         graph = GraphOptions(layout=layout, winograd=winograd, fast_math=fast_math,
                              expand_depthwise=expand_depthwise, grouped_conv=grouped_conv,
-                             slice_first=slice_first, attention=attention, conv1d=conv1d)
+                             slice_first=slice_first, attention=attention, conv1d=conv1d,
+                             norms=norms)
         if model.endswith(".onnx"):
             session = Session.from_onnx(model, settings=settings, graph=graph)
         elif model in ZOO:

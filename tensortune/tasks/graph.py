@@ -24,7 +24,9 @@ class GraphOptions:
     image row (``tasks.grouped``; NHWC only); ``slice_first``: constant slices taken before
     the permutation they follow (``tasks.slices``: attention's Q, K, V); ``attention``: ``softmax(Q Kᵀ)
     V`` as one function (``tasks.attention``); ``conv1d``: 1-D convolutions as one-row 2-D
-    ones, the work between them kept one-row (``tasks.conv1d``; NHWC only)."""
+    ones, the work between them kept one-row (``tasks.conv1d``; NHWC only); ``norms``: ONNX's
+    decomposed group and instance norms as ``group_norm``, per-channel constants at full rank,
+    so that the layout carries them (``tasks.norms``; NHWC only)."""
 
     layout: str = DEFAULT_LAYOUT
     winograd: bool = True
@@ -36,6 +38,7 @@ class GraphOptions:
     slice_first: bool = True
     attention: bool = True
     conv1d: bool = True
+    norms: bool = True
 
     def __post_init__(self):
         object.__setattr__(self, "layout", check_layout(self.layout))
@@ -62,7 +65,7 @@ class GraphOptions:
                                  f"{', '.join(sorted(known))}")
             # a run saved before a rewrite existed was tuned and built without it
             value = {"expand_depthwise": False, "grouped_conv": False, "slice_first": False,
-                     "attention": False, "conv1d": False, **value}
+                     "attention": False, "conv1d": False, "norms": False, **value}
             return GraphOptions(**value)
         raise TypeError(f"graph options must be GraphOptions, str or dict, not "
                         f"{type(value).__name__}")
@@ -88,8 +91,20 @@ class GraphOptions:
             from .conv1d import REWRITE as NAME, conv1d_as_conv2d_pass
 
             mod = guarded(NAME, conv1d_as_conv2d_pass(), mod)
+        if self.norms and self.layout == "nhwc":
+            from .norms import REWRITE as NAME, norms_pass
+
+            mod = guarded(NAME, norms_pass(), mod)
         if self.layout == "nhwc":
             mod = guarded(REWRITE, lambda m: convert_layout(m, self.layout), mod)
+        if self.norms and self.layout == "nhwc":
+            import tvm
+            from tvm import relax
+
+            from .norms import REWRITE as NAME, decompose_group_norms
+
+            mod = guarded(NAME, tvm.transform.Sequential([
+                decompose_group_norms(), relax.transform.FoldConstant()]), mod)
         if self.expand_depthwise and self.layout == "nhwc":
             from .expand_depthwise import REWRITE as NAME, expand_depthwise_pass
 

@@ -97,3 +97,42 @@ def subpixel(call, builder):
     if (qh * sh, qw * sw) == (oh, ow):
         return out
     return relax.op.strided_slice(builder.emit(out), axes=[1, 2], begin=[0, 0], end=[oh, ow])
+
+
+def depth_to_space3d(call, builder):
+    """The NDHWC expression computing ``call`` (a transposed 3-D convolution whose constant
+    kernel equals its stride, as a 3-D U-Net's upsampling: no padding, dilation or groups), or
+    None when it does not fit: one 1x1x1 convolution to ``kd*kh*kw*Cout`` channels, then each
+    voxel's block moved into place (TOPI's NCDHW kernel dilates its input instead: 8 times the
+    work for a stride of 2)."""
+    import tvm
+    from tvm import relax
+
+    attrs = call.attrs
+    data, weight = call.args
+    if (str(attrs.data_layout), str(attrs.out_layout)) != ("NDHWC", "NDHWC") \
+            or int(attrs.groups) != 1 or any(int(d) != 1 for d in attrs.dilation) \
+            or any(int(v) != 0 for v in list(attrs.padding) + list(attrs.output_padding)) \
+            or not isinstance(weight, tvm.ir.GenericConst):
+        return None
+    try:
+        n, d, h, w, cin = (int(v) for v in data.ty.shape)
+        cout = int(call.ty.shape[4])
+    except (TypeError, ValueError):  # a symbolic dimension
+        return None
+    kernel = np.transpose(weight.value.numpy(), [str(attrs.kernel_layout).index(c)
+                                                 for c in "IODHW"])  # [i, o, kd, kh, kw]
+    strides = [int(s) for s in attrs.strides]
+    if list(kernel.shape[2:]) != strides:
+        return None
+    kd, kh, kw = strides
+    # DHWIO [1, 1, 1, Cin, (a, b, c, Cout)]
+    new = np.ascontiguousarray(np.transpose(kernel, [0, 2, 3, 4, 1])).reshape(
+        1, 1, 1, cin, kd * kh * kw * cout)
+    dtype = str(call.ty.dtype)
+    out = builder.emit(relax.op.nn.conv3d(
+        data, relax.const(new.astype(dtype)), data_layout="NDHWC", kernel_layout="DHWIO",
+        out_layout="NDHWC", out_dtype=dtype))
+    out = builder.emit(relax.op.reshape(out, (n, d, h, w, kd, kh, kw, cout)))
+    out = builder.emit(relax.op.permute_dims(out, [0, 1, 4, 2, 5, 3, 6, 7]))
+    return relax.op.reshape(out, (n, d * kd, h * kh, w * kw, cout))
