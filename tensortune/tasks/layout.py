@@ -37,7 +37,7 @@ import warnings
 import numpy as np
 
 from .rewriting import mutate_functions
-from .transposed import depth_to_space3d, subpixel
+from .transposed import subpixel, transposed3d
 
 LAYOUTS = ("nhwc", "nchw")
 DEFAULT_LAYOUT = "nhwc"
@@ -226,7 +226,11 @@ def transposed_convolutions():
             call = super().visit_call_(call)
             name = getattr(call.op, "name", "")
             if name == "relax.nn.conv3d_transpose":
-                return self._transpose3d(call)
+                out = transposed3d(call, self.builder_)
+                if out is None:
+                    return call
+                changed.append(call)
+                return out
             if name != "relax.nn.conv2d_transpose":
                 return call
             attrs = call.attrs
@@ -270,28 +274,6 @@ def transposed_convolutions():
                 groups=attrs.groups, data_layout="NCHW", kernel_layout="IOHW",
                 out_layout="NCHW", out_dtype=str(call.ty.dtype)))
             return relax.op.permute_dims(out, ["NCHW".index(c) for c in str(attrs.out_layout)])
-
-        def _transpose3d(self, call):
-            """A 3-D one of a constant kernel equal to its stride as a 1x1x1 convolution and a
-            reshuffle (``tasks.transposed``); any other in NCDHW between two transposes,
-            TOPI's only layout."""
-            attrs = call.attrs
-            layouts = (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout))
-            if layouts == ("NCDHW", "IODHW", "NCDHW") or not all(
-                    sorted(a) == sorted(b) for a, b in zip(layouts, ("NCDHW", "IODHW", "NCDHW"))):
-                return call
-            changed.append(call)
-            out = depth_to_space3d(call, self.builder_)
-            if out is not None:
-                return out
-            data = self._permuted(call.args[0], [layouts[0].index(c) for c in "NCDHW"])
-            weight = self._permuted(call.args[1], [layouts[1].index(c) for c in "IODHW"])
-            out = self.builder_.emit(relax.op.nn.conv3d_transpose(
-                data, weight, strides=attrs.strides, padding=attrs.padding,
-                output_padding=attrs.output_padding, dilation=attrs.dilation,
-                groups=attrs.groups, data_layout="NCDHW", kernel_layout="IODHW",
-                out_layout="NCDHW", out_dtype=str(call.ty.dtype)))
-            return relax.op.permute_dims(out, ["NCDHW".index(c) for c in layouts[2]])
 
         def _permuted(self, expr, axes):
             if axes == sorted(axes):

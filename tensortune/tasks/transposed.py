@@ -136,3 +136,32 @@ def depth_to_space3d(call, builder):
     out = builder.emit(relax.op.reshape(out, (n, d, h, w, kd, kh, kw, cout)))
     out = builder.emit(relax.op.permute_dims(out, [0, 1, 4, 2, 5, 3, 6, 7]))
     return relax.op.reshape(out, (n, d * kd, h * kh, w * kw, cout))
+
+
+def transposed3d(call, builder):
+    """What a transposed 3-D convolution in a layout TOPI cannot take (NDHWC after the layout
+    conversion) becomes: ``depth_to_space3d`` where it fits, else the same operator in NCDHW
+    between two transposes; None for one already in NCDHW or a layout this does not know."""
+    from tvm import relax
+
+    attrs = call.attrs
+    layouts = (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout))
+    plain = ("NCDHW", "IODHW", "NCDHW")
+    if layouts == plain or not all(sorted(a) == sorted(b) for a, b in zip(layouts, plain)):
+        return None
+    out = depth_to_space3d(call, builder)
+    if out is not None:
+        return out
+    data, weight = call.args
+    axes = [layouts[0].index(c) for c in plain[0]]
+    if axes != sorted(axes):
+        data = builder.emit(relax.op.permute_dims(data, axes))
+    axes = [layouts[1].index(c) for c in plain[1]]
+    if axes != sorted(axes):
+        weight = builder.emit(relax.op.permute_dims(weight, axes))
+    out = builder.emit(relax.op.nn.conv3d_transpose(
+        data, weight, strides=attrs.strides, padding=attrs.padding,
+        output_padding=attrs.output_padding, dilation=attrs.dilation, groups=attrs.groups,
+        data_layout="NCDHW", kernel_layout="IODHW", out_layout="NCDHW",
+        out_dtype=str(call.ty.dtype)))
+    return relax.op.permute_dims(out, [plain[2].index(c) for c in layouts[2]])

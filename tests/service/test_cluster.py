@@ -67,7 +67,7 @@ def _submit_all(server, models, trials):
 def test_three_jobs_build_on_both_nodes_and_measure_on_both_devices(service, cluster,
                                                                      onnx_models):
     ray_nodes, _ = cluster
-    threads, results = _submit_all(service, onnx_models, trials=16)
+    threads, results = _submit_all(service, onnx_models, trials=12)
     for t in threads:
         t.join()
     assert {r["state"] for r in results.values()} == {"done"}, results
@@ -92,7 +92,7 @@ def test_a_machine_leaving_mid_run_loses_no_job(service, cluster, onnx_models):
     jobs build and measure: A is taken out, the head's actor times device B on, and every job
     finishes, each candidate charged once."""
     nodes, rpc = cluster
-    threads, results = _submit_all(service, onnx_models, trials=32)
+    threads, results = _submit_all(service, onnx_models, trials=24)
     with ServiceClient(service.url, TOKEN) as c:
         deadline = time.monotonic() + 300
         while not any(_stage_events(c, j["id"], "measure") for j in c.jobs()
