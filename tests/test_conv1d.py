@@ -1,16 +1,15 @@
 """1-D convolutions as one-row 2-D ones (``tasks.conv1d``): what is left of the graph, the
 models built from it, and the option that turns it off."""
-import warnings
-
 import numpy as np
 import pytest
 import torch
 
-from tensortune.frontend import from_onnx
 from tensortune.tasks import build_model, extract_tasks
 from tensortune.tasks.extract import prepare
 from tensortune.tasks.graph import GraphOptions
 from tensortune.workload import default_target
+
+from .graph_checks import onnx_model, op_names
 
 nn = torch.nn
 
@@ -50,31 +49,15 @@ def speech(tmp_path_factory):
     module = Speech().eval()
     module.bn.running_mean.uniform_(-0.3, 0.3)
     module.bn.running_var.uniform_(0.5, 1.5)
-    x = torch.randn(1, 1, 997)
-    with torch.no_grad():
-        expected = module(x).numpy()
-    path = tmp_path_factory.mktemp("speech") / "speech.onnx"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the legacy exporter announces its deprecation
-        torch.onnx.export(module, (x,), str(path), dynamo=False, opset_version=13)
-    return from_onnx(path), x.numpy(), expected
-
-
-def _ops(mod) -> list[str]:
-    """The operators ``mod``'s main function calls, in order."""
-    import tvm
-    from tvm import relax
-
-    names: list = []
-    relax.analysis.post_order_visit(mod["main"], lambda e: names.append(e.op.name) if isinstance(
-        e, relax.Call) and isinstance(e.op, tvm.ir.Op) else None)
-    return names
+    model, (x,), expected = onnx_model(module, (torch.randn(1, 1, 997),),
+                                       tmp_path_factory.mktemp("speech") / "speech.onnx")
+    return model, x, expected
 
 
 def test_every_1d_convolution_is_a_channels_last_row_with_no_copy_between(speech):
     model, _, _ = speech
     prepared = prepare(model.mod)
-    ops = _ops(prepared)
+    ops = op_names(prepared)
     assert "relax.nn.conv1d" not in ops
     # the grouped one (groups of 8) is the grouped rewrite's, as a 2-D one would be
     assert ops.count("relax.nn.conv2d") == 5 and "group_conv" in prepared.script(), ops
@@ -94,10 +77,10 @@ def test_the_rewritten_model_matches_pytorch_and_turned_off_keeps_conv1d(speech)
     assert sum("erf" in t.name or "sigmoid" in t.name or "exp" in t.name for t in convs) >= 3
     compiled = build_model(model, target, {})
     np.testing.assert_allclose(compiled.run(x)[0], expected, rtol=1e-4, atol=1e-4)
-    assert "relax.nn.conv1d" in _ops(prepare(model.mod, GraphOptions(conv1d=False)))
+    assert "relax.nn.conv1d" in op_names(prepare(model.mod, GraphOptions(conv1d=False)))
 
 
 def test_old_runs_and_nchw_keep_1d_convolutions(speech):
     model, _, _ = speech
     assert GraphOptions.of({"layout": "nhwc"}).conv1d is False  # saved before the rewrite
-    assert "relax.nn.conv1d" in _ops(prepare(model.mod, GraphOptions(layout="nchw")))
+    assert "relax.nn.conv1d" in op_names(prepare(model.mod, GraphOptions(layout="nchw")))

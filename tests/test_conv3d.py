@@ -1,18 +1,17 @@
 """3-D convolutions channels-last (``tasks.layout``: NDHWC beside NHWC): a video network's
 layers through ONNX, transposed 3-D convolutions (kernel = stride: a 1x1x1 convolution and a
 reshuffle; any other: NCDHW, TOPI's only layout), and the build."""
-import warnings
-
 import numpy as np
 import pytest
 import torch
 
-from tensortune.frontend import from_onnx
 from tensortune.space import task_space
 from tensortune.tasks import build_model, extract_tasks
 from tensortune.tasks.extract import prepare
 from tensortune.tasks.graph import GraphOptions
 from tensortune.workload import default_target
+
+from .graph_checks import onnx_model, op_calls
 
 nn = torch.nn
 
@@ -54,30 +53,14 @@ def video(tmp_path_factory):
     with torch.no_grad():
         module.inorm.weight.uniform_(0.5, 1.5)
         module.inorm.bias.uniform_(-0.5, 0.5)
-    x = torch.randn(1, 3, 4, 19, 19)
-    with torch.no_grad():
-        expected = module(x).numpy()
-    path = tmp_path_factory.mktemp("video") / "video.onnx"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the legacy exporter announces its deprecation
-        torch.onnx.export(module, (x,), str(path), dynamo=False, opset_version=13)
-    return from_onnx(path), x.numpy(), expected
-
-
-def _calls(mod) -> list:
-    """The operator calls of ``mod``'s main function, in order."""
-    import tvm
-    from tvm import relax
-
-    calls: list = []
-    relax.analysis.post_order_visit(mod["main"], lambda e: calls.append(e) if isinstance(
-        e, relax.Call) and isinstance(e.op, tvm.ir.Op) else None)
-    return calls
+    model, (x,), expected = onnx_model(module, (torch.randn(1, 3, 4, 19, 19),),
+                                       tmp_path_factory.mktemp("video") / "video.onnx")
+    return model, x, expected
 
 
 def test_every_3d_convolution_is_channels_last_and_the_transposed_one_ncdhw(video):
     model, _, _ = video
-    calls = _calls(prepare(model.mod))
+    calls = op_calls(prepare(model.mod))
     convs = [c for c in calls if c.op.name == "relax.nn.conv3d"]
     # five of the model's and the kernel = stride transposed one's 1x1x1
     assert len(convs) == 6 and all(str(c.attrs.data_layout) == "NDHWC" for c in convs)
@@ -87,7 +70,7 @@ def test_every_3d_convolution_is_channels_last_and_the_transposed_one_ncdhw(vide
     transposed = [c for c in calls if c.op.name == "relax.nn.conv3d_transpose"]
     assert [str(c.attrs.data_layout) for c in transposed] == ["NCDHW"]
     assert sum(c.op.name == "relax.permute_dims" for c in calls) <= 5
-    kept = _calls(prepare(model.mod, GraphOptions(layout="nchw")))
+    kept = op_calls(prepare(model.mod, GraphOptions(layout="nchw")))
     assert all(str(c.attrs.data_layout) == "NCDHW" for c in kept if c.op.name == "relax.nn.conv3d")
 
 

@@ -1,17 +1,16 @@
 """ONNX's decomposed group and instance norms carried channels-last (``tasks.norms``: a group
 norm put back together for the layout conversion, then decomposed again in NHWC; per-channel
 constants at full rank): the graph, the build, the option."""
-import warnings
-
 import numpy as np
 import pytest
 import torch
 
-from tensortune.frontend import from_onnx
 from tensortune.tasks import build_model
 from tensortune.tasks.extract import prepare
 from tensortune.tasks.graph import GraphOptions
 from tensortune.workload import default_target
+
+from .graph_checks import onnx_model, op_names
 
 nn = torch.nn
 
@@ -49,24 +48,8 @@ def norms(tmp_path_factory):
             if isinstance(m, (nn.GroupNorm, nn.InstanceNorm2d)):
                 m.weight.uniform_(0.5, 1.5)
                 m.bias.uniform_(-0.5, 0.5)
-    x, v = torch.randn(1, 3, 19, 19), torch.randn(1, 1, 5, 9, 9)
-    with torch.no_grad():
-        expected = module(x, v).numpy()
-    path = tmp_path_factory.mktemp("norms") / "norms.onnx"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the legacy exporter announces its deprecation
-        torch.onnx.export(module, (x, v), str(path), dynamo=False, opset_version=13)
-    return from_onnx(path), (x.numpy(), v.numpy()), expected
-
-
-def _ops(mod) -> list[str]:
-    import tvm
-    from tvm import relax
-
-    names: list = []
-    relax.analysis.post_order_visit(mod["main"], lambda e: names.append(e.op.name) if isinstance(
-        e, relax.Call) and isinstance(e.op, tvm.ir.Op) else None)
-    return names
+    return onnx_model(module, (torch.randn(1, 3, 19, 19), torch.randn(1, 1, 5, 9, 9)),
+                      tmp_path_factory.mktemp("norms") / "norms.onnx")
 
 
 def _norms_pass_only(mod):
@@ -78,14 +61,14 @@ def _norms_pass_only(mod):
 def test_the_norms_stay_channels_last(norms):
     model, _, _ = norms
     # before the layout conversion: the three group norms are one operator each
-    assert _ops(_norms_pass_only(model.mod)).count("relax.nn.group_norm") == 3
-    ops = _ops(prepare(model.mod))
+    assert op_names(_norms_pass_only(model.mod)).count("relax.nn.group_norm") == 3
+    ops = op_names(prepare(model.mod))
     # after it: means again (TOPI's group norm is one unvectorized reduction), the instance
     # norm's variance as imported, and only the two inputs' transposes, none between the
     # convolutions and the norms
     assert "relax.nn.group_norm" not in ops and ops.count("relax.variance") == 1, ops
     assert ops.count("relax.permute_dims") == 2, ops
-    off = _ops(prepare(model.mod, GraphOptions(norms=False)))
+    off = op_names(prepare(model.mod, GraphOptions(norms=False)))
     assert off.count("relax.permute_dims") > 2, off
 
 
