@@ -116,7 +116,9 @@ def norms_pass():
 
         def full_rank(self, call):
             ranks = [len(s) if s is not None else None for s in map(static_shape, call.args)]
-            if len(call.args) != 2 or None in ranks or ranks[0] == ranks[1]:
+            # only where a layout is converted (4-D and 5-D activations): a transformer's
+            # biases keep their rank, and so its tasks and their records
+            if len(call.args) != 2 or None in ranks or ranks[0] == ranks[1] or max(ranks) < 4:
                 return call
             low = ranks.index(min(ranks))
             const = call.args[low]
