@@ -87,6 +87,20 @@ def test_channels_with_no_whole_vector_get_quarter_vectors_or_an_unrolled_ragged
             apply_config(conv, c, space)
 
 
+def test_twelve_channels_take_a_widened_half_vector_first(target):
+    """A 3-D U-Net's 12-channel outputs: 12 lanes split into three 4-lane registers (and
+    spilled under 14 rows), 6 lanes run as one 8-lane register: the first seeds take 6 lanes
+    under twice the rows, and the tile stays blocked (it is not ragged)."""
+    [conv] = [t.task for t in _model_tasks(torch.nn.Conv2d(24, 12, 3, padding=1),
+                                           (1, 24, 37, 37), target) if "conv2d" in t.name]
+    space = task_space(conv)
+    seeds = cpu_seeds(space, conv.workload.prim_func(), lanes=16, threads=2)
+    assert seeds[0]["tile_ff"][-1] == 6 and seeds[0]["unroll"] == 16
+    assert {c["tile_ff"][-1] for c in seeds} == {6, 4, 12}
+    for c in seeds:
+        apply_config(conv, c, space)
+
+
 def test_seeds_for_operator_workloads_and_their_target(target):
     task = Task(Matmul(m=200, n=120, k=72), target)
     seeds = task_seeds(task)
