@@ -16,6 +16,7 @@ from tensortune.search import STRATEGIES
 from tensortune.workload import (BatchMatmul, Conv2d, Dense, Matmul, Task, default_target,
                                 vector_lanes)
 from tests.fakes import FakeBuilder, ReplayRunner
+from tests.template_checks import matching_configs
 
 
 @pytest.fixture(scope="module")
@@ -87,18 +88,34 @@ def test_channels_with_no_whole_vector_get_quarter_vectors_or_an_unrolled_ragged
             apply_config(conv, c, space)
 
 
-def test_twelve_channels_take_a_widened_half_vector_first(target):
+def test_twelve_channels_take_a_widened_half_vector_or_the_image_rows(target):
     """A 3-D U-Net's 12-channel outputs: 12 lanes split into three 4-lane registers (and
     spilled under 14 rows), 6 lanes run as one 8-lane register: the first seeds take 6 lanes
-    under twice the rows, and the tile stays blocked (it is not ragged)."""
+    under twice the rows, and the tile stays blocked (it is not ragged). Every other seed
+    vectorizes the image rows instead (``xx/copy``), read from a padded copy laid out
+    rows-innermost, with the 12 channels unrolled; all compute the convolution."""
     [conv] = [t.task for t in _model_tasks(torch.nn.Conv2d(24, 12, 3, padding=1),
-                                           (1, 24, 37, 37), target) if "conv2d" in t.name]
+                                           (1, 24, 37, 40), target) if "conv2d" in t.name]
     space = task_space(conv)
     seeds = cpu_seeds(space, conv.workload.prim_func(), lanes=16, threads=2)
-    assert seeds[0]["tile_ff"][-1] == 6 and seeds[0]["unroll"] == 16
-    assert {c["tile_ff"][-1] for c in seeds} == {6, 4, 12}
-    for c in seeds:
-        apply_config(conv, c, space)
+    assert seeds[0]["vector_axis"] == "ff" and seeds[0]["tile_ff"][-1] == 6
+    assert seeds[0]["unroll"] == 16
+    assert {c["tile_ff"][-1] for c in seeds if c["vector_axis"] == "ff"} >= {6, 4}
+    rows = [c for c in seeds if c["vector_axis"] == "xx/copy"]
+    assert rows and rows == seeds[1::2][:len(rows)]
+    assert 12 in {c["tile_ff"][-1] for c in rows}  # every channel unrolled, one row of 8
+    assert all(c["tile_xx"][-1] % 8 == 0 for c in rows)
+    assert len(matching_configs(conv, space, seeds)) == len(seeds)
+    # 37 columns (a prime): no vector divides them, no seed vectorizes them
+    [prime] = [t.task for t in _model_tasks(torch.nn.Conv2d(24, 12, 3, padding=1),
+                                            (1, 24, 40, 37), target) if "conv2d" in t.name]
+    assert all(c["vector_axis"] == "ff" for c in cpu_seeds(
+        task_space(prime), prime.workload.prim_func(), lanes=16, threads=2))
+    # a 1x1 convolution has no padded copy to lay out: no such choice
+    [pointwise] = [t.task for t in _model_tasks(torch.nn.Conv2d(24, 12, 1),
+                                                (1, 24, 37, 37), target) if "conv2d" in t.name]
+    choices = next(k for k in task_space(pointwise).knobs if k.name == "vector_axis").options
+    assert not any(c.endswith("/copy") for c in choices)
 
 
 def test_seeds_for_operator_workloads_and_their_target(target):

@@ -25,6 +25,9 @@ UNROLL_STEPS = (0, 16, 64, 512)
 OUTER_MODES = ("S1/1", "S0/1", "S1/2")  # write-back level / number of fused parallel levels
 PACK_LEVELS = ("none", "root", "S1", "R0")  # where an input operand is copied into panel layout
 PREPACK_ANNOTATION = "meta_schedule.layout_rewrite_preproc"  # what TVM's split pass looks for
+# a vector axis choice's suffix: the producers read along that axis (a convolution's padded
+# input) are made up front with it innermost, so the vector loads are contiguous
+COPY = "/copy"
 # float32 weights a core keeps in L2 while the chunks that share them run (1 MiB: EfficientNet's
 # 192 -> 1152 layer, 0.9 MB, ran 25% slower weights-first; 8-9 MB layers ran 2-2.7x faster)
 WEIGHTS_CACHED = 1 << 18
@@ -57,8 +60,11 @@ def generic_cpu(cfg, sch):
     # -- knobs (fixed order; none depends on another's value) ------------------------------------
     s_tiles = [cfg.split(f"tile_{short_name(n)}", e, 4, max_inner=VECTOR_MAX) for n, e in info.spatial]
     r_tiles = [cfg.split(f"tile_{short_name(n)}", e, 2) for n, e in info.reduce]
-    vec_axis = vec_options[[short_name(n) for n in vec_options].index(
-        cfg.choice("vector_axis", tuple(short_name(n) for n in vec_options[::-1])))]
+    copies = {n: _copied_along(sch, producers, info, n) for n in vec_options}
+    vec_choice = cfg.choice("vector_axis", tuple(short_name(n) for n in vec_options[::-1])
+                            + tuple(short_name(n) + COPY for n in vec_options[::-1] if copies[n]))
+    vec_axis = vec_options[[short_name(n) for n in vec_options].index(vec_choice.removesuffix(COPY))]
+    copied = copies[vec_axis] if vec_choice.endswith(COPY) else {}
     outer = cfg.choice("outer", OUTER_MODES)
     producer_at = cfg.choice("producer_at", ("inline", "root")) if producers or pads else None
     packable = [name for name, _, is_param in info.reads if is_param]
@@ -76,7 +82,11 @@ def generic_cpu(cfg, sch):
     # -- producers and consumers --------------------------------------------------------------
     root_producers = []
     for p in producers:
-        if producer_at == "inline":
+        name = sch.get(p).writes[0].source.name
+        if name in copied:
+            _copy_last(sch, p, copied[name])
+            root_producers.append(p)
+        elif producer_at == "inline":
             sch.compute_inline(p)
         else:
             root_producers.append(p)
@@ -168,6 +178,33 @@ def generic_cpu(cfg, sch):
         if len(p_loops) > 1 and 1 < extent(sch, p_loops[-1]) <= 1024:
             sch.vectorize(p_loops[-1])
     return sch
+
+
+def _copied_along(sch, producers, info, axis: str) -> dict[str, int]:
+    """The producers (by buffer name) that ``main`` reads along ``axis`` in a dimension other
+    than their last, each with that dimension: a 12-channel NDHWC convolution vectorized along
+    its image rows reads its padded input ``C`` floats apart otherwise."""
+    names = {sch.get(p).writes[0].source.name for p in producers}
+    found = {}
+    for name, dims, _ in info.reads:
+        if name not in names:
+            continue
+        along = [d for d, used in enumerate(dims) if axis in used]
+        if len(along) == 1 and along[0] != len(dims) - 1:
+            found[name] = along[0]
+    return found
+
+
+def _copy_last(sch, producer, dim: int) -> None:
+    """Lay out ``producer``'s output with dimension ``dim`` innermost, written in that order."""
+    from tvm.tirx import IndexMap
+
+    ndim = len(sch.get(producer).writes[0].source.shape)
+    perm = [d for d in range(ndim) if d != dim] + [dim]
+    sch.transform_layout(producer, ("write", 0), IndexMap.from_func(_permutation(perm), ndim=ndim))
+    loops = sch.get_loops(producer)
+    if len(loops) == ndim:
+        sch.reorder(*[loops[d] for d in perm])
 
 
 def _weights_first(sch, main, info, vec_axis: str) -> bool:

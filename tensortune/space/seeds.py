@@ -22,12 +22,15 @@ against the space, so a shape the recipe does not fit just yields fewer seeds.
 """
 from __future__ import annotations
 
+import itertools
+
 from .analysis import analyze, is_tiled, pad_ragged, short_name
 from .cpu_attention import attention_seeds, is_attention
 from .cpu_expand_depthwise import expand_depthwise_seeds, is_expand_depthwise
 from .cpu_recurrent import is_recurrence, recurrent_seeds
 from .cpu_rowwise import rowwise_seeds
 from .config import Config
+from .cpu_template import COPY
 from .space import ConfigSpace
 
 ACCUMULATOR_TILE_MAX = 4096  # floats of the S2 x S3 output block, kept in L1 across R0
@@ -70,6 +73,24 @@ def cpu_seeds(space: ConfigSpace, prim_func, lanes: int = 8, threads: int = 2,
     rows = movable[-2] if len(movable) > 1 else None
     rows2 = movable[-3] if len(movable) > 2 else None  # image rows, when ``rows`` is columns
     ext = dict(spatial)
+    seeds = _oriented(space, knobs, info, spatial, reduce, vec, vec, rows, rows2, lanes, threads,
+                      limit)
+    copied = f"{rows}{COPY}"
+    if rows and ext[vec] < lanes and copied in knobs["vector_axis"].options and \
+            max(_vector_tiles(ext[rows], lanes)) >= lanes // 2:
+        # fewer output channels than a vector (a 3-D U-Net's 12): vectorize the image rows
+        # instead (when half a vector divides them), read from a padded copy laid out
+        # rows-innermost, the channels unrolled
+        other = _oriented(space, knobs, info, spatial, reduce, copied, rows, vec, None, lanes,
+                          threads, limit)
+        seeds = [c for pair in itertools.zip_longest(seeds, other) for c in pair if c]
+    return list(dict.fromkeys(seeds))[:limit]
+
+
+def _oriented(space, knobs, info, spatial, reduce, choice, vec, rows, rows2, lanes, threads,
+              limit) -> list[Config]:
+    """The recipe's seeds for one vector axis (``choice``, the knob's value for ``vec``)."""
+    ext = dict(spatial)
     regs = vector_registers(lanes)
     tiles = []  # (V, {row axis: unroll}): register tiles, the fullest first
     for v_tile in _vector_tiles(ext[vec], lanes):
@@ -104,7 +125,7 @@ def cpu_seeds(space: ConfigSpace, prim_func, lanes: int = 8, threads: int = 2,
             opts = {**base, **({"unroll": RAGGED_UNROLL} if ragged else {}), **change}
             values = _config(spatial, reduce, vec, rows, v_tile, unrolled, opts["r_block"],
                              opts["window_inside"], threads, blocked=not ragged)
-            values.update(_choices(knobs, info, vec, opts["unroll"], opts["inline"]))
+            values.update(_choices(knobs, info, choice, opts["unroll"], opts["inline"]))
             config = Config(values)
             if config in space:
                 out[config] = None
