@@ -28,6 +28,7 @@ PREPACK_ANNOTATION = "meta_schedule.layout_rewrite_preproc"  # what TVM's split 
 # a vector axis choice's suffix: the producers read along that axis (a convolution's padded
 # input) are made up front with it innermost, so the vector loads are contiguous
 COPY = "/copy"
+COPY_CHANNELS = 16  # output channels below which it is offered: fewer than one AVX-512 vector
 # float32 weights a core keeps in L2 while the chunks that share them run (1 MiB: EfficientNet's
 # 192 -> 1152 layer, 0.9 MB, ran 25% slower weights-first; 8-9 MB layers ran 2-2.7x faster)
 WEIGHTS_CACHED = 1 << 18
@@ -60,7 +61,9 @@ def generic_cpu(cfg, sch):
     # -- knobs (fixed order; none depends on another's value) ------------------------------------
     s_tiles = [cfg.split(f"tile_{short_name(n)}", e, 4, max_inner=VECTOR_MAX) for n, e in info.spatial]
     r_tiles = [cfg.split(f"tile_{short_name(n)}", e, 2) for n, e in info.reduce]
-    copies = {n: _copied_along(sch, producers, info, n) for n in vec_options}
+    # only where the output has fewer channels than a vector: every other space stays as it was
+    narrow = info.spatial[-1][1] < COPY_CHANNELS
+    copies = {n: _copied_along(sch, producers, info, n) if narrow else {} for n in vec_options}
     vec_choice = cfg.choice("vector_axis", tuple(short_name(n) for n in vec_options[::-1])
                             + tuple(short_name(n) + COPY for n in vec_options[::-1] if copies[n]))
     vec_axis = vec_options[[short_name(n) for n in vec_options].index(vec_choice.removesuffix(COPY))]
