@@ -61,8 +61,11 @@ def generic_cpu(cfg, sch):
     # -- knobs (fixed order; none depends on another's value) ------------------------------------
     s_tiles = [cfg.split(f"tile_{short_name(n)}", e, 4, max_inner=VECTOR_MAX) for n, e in info.spatial]
     r_tiles = [cfg.split(f"tile_{short_name(n)}", e, 2) for n, e in info.reduce]
-    # only where the output has fewer channels than a vector: every other space stays as it was
-    narrow = info.spatial[-1][1] < COPY_CHANNELS
+    # only where the output has fewer channels than a vector: an innermost axis of under 16
+    # that no producer is read along (channels-last output channels, read through the
+    # weights alone; not an NCHW image row); every other space stays as it was
+    last = info.spatial[-1]
+    narrow = last[1] < COPY_CHANNELS and not _copied_along(sch, producers, info, last[0], True)
     copies = {n: _copied_along(sch, producers, info, n) if narrow else {} for n in vec_options}
     vec_choice = cfg.choice("vector_axis", tuple(short_name(n) for n in vec_options[::-1])
                             + tuple(short_name(n) + COPY for n in vec_options[::-1] if copies[n]))
@@ -183,17 +186,18 @@ def generic_cpu(cfg, sch):
     return sch
 
 
-def _copied_along(sch, producers, info, axis: str) -> dict[str, int]:
+def _copied_along(sch, producers, info, axis: str, any_dim: bool = False) -> dict[str, int]:
     """The producers (by buffer name) that ``main`` reads along ``axis`` in a dimension other
-    than their last, each with that dimension: a 12-channel NDHWC convolution vectorized along
-    its image rows reads its padded input ``C`` floats apart otherwise."""
+    than their last (in any dimension with ``any_dim``), each with that dimension: a 12-channel
+    NDHWC convolution vectorized along its image rows reads its padded input ``C`` floats
+    apart otherwise."""
     names = {sch.get(p).writes[0].source.name for p in producers}
     found = {}
     for name, dims, _ in info.reads:
         if name not in names:
             continue
         along = [d for d, used in enumerate(dims) if axis in used]
-        if len(along) == 1 and along[0] != len(dims) - 1:
+        if len(along) == 1 and (any_dim or along[0] != len(dims) - 1):
             found[name] = along[0]
     return found
 
