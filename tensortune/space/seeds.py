@@ -83,7 +83,7 @@ def cpu_seeds(space: ConfigSpace, prim_func, lanes: int = 8, threads: int = 2,
         # rows-innermost, the channels unrolled
         other = _oriented(space, knobs, info, spatial, reduce, copied, rows, vec, None, lanes,
                           threads, limit)
-        seeds = [c for pair in itertools.zip_longest(seeds, other) for c in pair if c]
+        seeds = [c for pair in itertools.zip_longest(seeds, other) for c in pair if c is not None]
     return list(dict.fromkeys(seeds))[:limit]
 
 
@@ -147,9 +147,10 @@ def _vector_tiles(extent: int, lanes: int) -> list[int]:
             return whole[:3]
     quarter = lanes // 4
     parts = [m * quarter for m in (2, 1, 3) if quarter >= 4 and extent % (m * quarter) == 0]
-    widened = [w for w in range(extent, 0, -1) if extent % w == 0 and _widened(w, lanes)]
+    widened = next((w for w in range(extent, 0, -1) if extent % w == 0 and _widened(w, lanes)),
+                   None)
     largest = max(d for d in range(1, min(extent, 2 * lanes) + 1) if extent % d == 0)
-    return list(dict.fromkeys([*widened[:1], *parts[:2], largest]))
+    return list(dict.fromkeys([*([widened] if widened else []), *parts[:2], largest]))
 
 
 def _widened(width: int, lanes: int) -> bool:
