@@ -82,7 +82,8 @@ def graph_of(args) -> GraphOptions:
                         expand_depthwise=not args.no_expand_depthwise,
                         grouped_conv=not args.no_grouped_conv,
                         slice_first=not args.no_slice_first, attention=not args.no_attention,
-                        conv1d=not args.no_conv1d, norms=not args.no_norms)
+                        conv1d=not args.no_conv1d, norms=not args.no_norms,
+                        fold_pads=not args.no_fold_pads)
 
 
 def via_onnx(name: str, args) -> bool:
@@ -234,6 +235,8 @@ def main(argv=None) -> int:
                     help="keep 1-D convolutions in NCW (tasks.conv1d)")
     ap.add_argument("--no-norms", action="store_true",
                     help="keep ONNX's decomposed group and instance norms (tasks.norms)")
+    ap.add_argument("--no-fold-pads", action="store_true",
+                    help="zero pads before convolutions as kernels of their own (tasks.pads)")
     ap.add_argument("--no-slice-first", action="store_true",
                     help="Q, K, V copied out of a permuted or split projection (tasks.slices)")
     ap.add_argument("--no-grouped-conv", action="store_true",

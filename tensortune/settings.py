@@ -27,6 +27,11 @@ class MeasureSettings:
     build_timeout_factor: float = 10.0
     build_timeout_floor_s: float = 3.0
     run_timeout_s: float = 20.0
+    # a remote device's server that cannot be had (restarting, or gone) is tried this many
+    # more times, pausing device_retry_pause_s x the try's number, before the device is
+    # reported unavailable (a service's pool then takes it out)
+    device_retries: int = 5
+    device_retry_pause_s: float = 2.0
     number: int = 4
     repeat: int = 3
     min_repeat_ms: int = 40
@@ -102,7 +107,7 @@ class Settings:
     @staticmethod
     def from_env(environ: dict[str, str] | None = None) -> "Settings":
         """Read TENSORTUNE_* variables (HOME, THREADS, BUILD_WORKERS, NUMBER, REPEAT, MIN_REPEAT_MS,
-        SEED)."""
+        DEVICE_RETRIES, DEVICE_RETRY_PAUSE_S, SEED)."""
         env = dict(os.environ if environ is None else environ)
         s = Settings()
         if "TENSORTUNE_HOME" in env:
@@ -110,8 +115,10 @@ class Settings:
         if "TENSORTUNE_SEED" in env:
             s = dataclasses.replace(s, seed=int(env["TENSORTUNE_SEED"]))
         m = s.measure
-        for name in ("threads", "build_workers", "number", "repeat", "min_repeat_ms"):
+        for name, kind in (("threads", int), ("build_workers", int), ("number", int),
+                           ("repeat", int), ("min_repeat_ms", int), ("device_retries", int),
+                           ("device_retry_pause_s", float)):
             key = "TENSORTUNE_" + name.upper()
             if key in env:
-                m = dataclasses.replace(m, **{name: int(env[key])})
+                m = dataclasses.replace(m, **{name: kind(env[key])})
         return dataclasses.replace(s, measure=m)

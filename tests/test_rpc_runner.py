@@ -127,12 +127,18 @@ def test_a_server_killed_mid_measurement_costs_a_retry_not_the_run(tracker, serv
 
 
 def test_no_server_for_the_key_raises_after_retries_without_a_record(tracker):
+    """The retries are settings (``TENSORTUNE_DEVICE_RETRIES``, ``..._RETRY_PAUSE_S``)."""
     task = Task(Matmul(m=16, n=16, k=16), default_target(1))
     inputs = [MeasureInput(task, task_seeds(task)[0])]
     with LocalBuilder(1) as builder:
         builds = builder.build(inputs)
+    read = Settings.from_env({"TENSORTUNE_DEVICE_RETRIES": "2",
+                              "TENSORTUNE_DEVICE_RETRY_PAUSE_S": "0.1"}).measure
+    assert (read.device_retries, read.device_retry_pause_s) == (2, 0.1)
+    settings = dataclasses.replace(FAST, device_retries=read.device_retries,
+                                   device_retry_pause_s=read.device_retry_pause_s)
     start = time.perf_counter()
-    with RPCRunner(device(tracker, key="nobody"), FAST, retries=2, retry_pause_s=0.1) as runner:
+    with RPCRunner(device(tracker, key="nobody"), settings) as runner:
         with pytest.raises(DeviceUnavailable, match="nobody.*no server after 3 tries"):
             runner.run(inputs, builds)
     assert time.perf_counter() - start < 30

@@ -227,3 +227,38 @@ def test_outputs_just_short_of_a_vector_multiple_are_padded_and_keep_their_names
         results = runner.run(inputs, builder.build(inputs))
     for inp, result in zip(inputs, results):
         assert result.ok and result.verified, (dict(inp.config), result.message)
+
+
+class ChannelsOut(torch.nn.Module):
+    """A 1-D convolution to 200 channels over 150 samples and a softmax over the channels: the
+    model runs them channels-last, so its output (N, C, W) is a transposing copy."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv1d(3, 200, 1)
+
+    def forward(self, x):
+        return torch.softmax(self.conv(x), dim=1)
+
+
+def test_a_transposing_copy_is_tiled_first_and_other_row_wise_spaces_are_unchanged(target):
+    tasks = [t for t in _model_tasks(ChannelsOut(), (1, 3, 150), target)
+             if "rows" in {k.name for k in task_space(t.task).knobs}]
+    rows = {t.name: next(k for k in task_space(t.task).knobs if k.name == "rows").options
+            for t in tasks}
+    # the input's and the output's transposes, and only they: the softmax keeps its rows
+    assert {n for n, r in rows.items() if "tile16" in r} == {n for n in rows if "transpose" in n}
+    assert len([n for n in rows if "transpose" in n]) == 2, rows
+    copy = next(t for t in tasks if "squeeze_transpose" in t.name)  # 150 x 200 -> 200 x 150
+    space = task_space(copy.task)
+    seeds = task_seeds(copy.task, space)
+    assert [c["rows"] for c in seeds[:2]] == ["tile16", "tile16"], seeds
+    # 200 channels: tiles of 8 divide them, 16 and 32 leave them whole; 150 samples whole
+    tiled = [c for c in seeds if str(c["rows"]).startswith("tile")]
+    assert {c["rows"] for c in tiled} == {"tile8", "tile16", "tile32"}
+    inputs = [MeasureInput(copy.task, c) for c in tiled]
+    settings = MeasureSettings(number=1, repeat=1, min_repeat_ms=1, threads=2)
+    with LocalBuilder(workers=2) as builder, LocalRunner(settings) as runner:
+        results = runner.run(inputs, builder.build(inputs))
+    for inp, result in zip(inputs, results):
+        assert result.ok and result.verified, (dict(inp.config), result.message)

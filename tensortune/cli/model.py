@@ -60,6 +60,8 @@ def tune_model(
                                 "last from one to the next (nhwc)"),
     norms: bool = typer.Option(True, help="ONNX's decomposed group and instance norms as one "
                                "group norm, carried channels-last (nhwc)"),
+    fold_pads: bool = typer.Option(True, help="a zero pad before a convolution as the "
+                                   "convolution's own padding (causal 1-D, TensorFlow's SAME)"),
     cold_weights: bool = typer.Option(True, help="time a function with its constant weights "
                                       "flushed from the caches before each call, as in the model"),
     confirm_rounds: int = typer.Option(3, min=0, help="time each heavy task's best four configs "
@@ -90,7 +92,7 @@ def tune_model(
         graph = GraphOptions(layout=layout, winograd=winograd, fast_math=fast_math,
                              expand_depthwise=expand_depthwise, grouped_conv=grouped_conv,
                              slice_first=slice_first, attention=attention, conv1d=conv1d,
-                             norms=norms)
+                             norms=norms, fold_pads=fold_pads)
         if model.endswith(".onnx"):
             session = Session.from_onnx(model, settings=settings, graph=graph)
         elif model in ZOO:

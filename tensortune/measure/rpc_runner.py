@@ -12,8 +12,8 @@ reference. The device's name is in every result.
 Failures, by whose they are:
 
 - the tracker or every server is unreachable: infrastructure, not the candidate's. Retried
-  (the tracker may hand out another server) with a pause; after ``retries`` tries the runner
-  raises ``DeviceUnavailable``, and the candidate is neither recorded nor charged (a resumed run
+  (the tracker may hand out another server) with a pause; after ``MeasureSettings.device_retries`` more tries the
+  runner raises ``DeviceUnavailable``, and the candidate is neither recorded nor charged (a resumed run
   measures it again);
 - the session breaks while a candidate runs (the server died or rebooted): the candidate is
   retried once on a fresh session; if it breaks that one too it is recorded as
@@ -75,12 +75,14 @@ class RPCRunner:
     """Times candidates on ``device`` through its tracker, one at a time (module docstring)."""
 
     def __init__(self, device: RPCDevice, settings: MeasureSettings, seed: int = 0,
-                 retries: int = 5, retry_pause_s: float = 2.0):
+                 retries: int | None = None, retry_pause_s: float | None = None):
         self.device = device
         self.settings = settings
         self.seed = seed
-        self.retries = retries
-        self.retry_pause_s = retry_pause_s
+        # None: the settings' device_retries and device_retry_pause_s
+        self.retries = settings.device_retries if retries is None else retries
+        self.retry_pause_s = (settings.device_retry_pause_s if retry_pause_s is None
+                              else retry_pause_s)
         self._pool = WorkerPool(1, initializer=functools.partial(_load_runtime, settings.threads))
         self._token = uuid.uuid4().hex  # the worker's session belongs to this runner
 

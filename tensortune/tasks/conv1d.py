@@ -10,8 +10,9 @@ network ONNX Runtime runs in 17.7; Zen 4, 2026-11-28). The same layers written a
 
 ``conv1d(x, w)`` becomes ``squeeze(conv2d(expand_dims(x, 2), w[:, :, None]), 2)`` (the
 weight's new axis costs nothing: it is a constant). The elementwise work after it (a bias,
-GELU, a batch-norm's scale and shift, an instance norm's mean and variance over the row) is
-then lifted to the one-row tensor too, and ``expand_dims(squeeze(t, 2), 2)`` is ``t``: from
+GELU, a batch-norm's scale and shift, an instance norm's mean and variance over the row, the
+channel slices of a gate, a softmax over the channels) is then lifted to the one-row tensor
+too, and ``expand_dims(squeeze(t, 2), 2)`` is ``t``: from
 one convolution to the next the activations stay 4-D, so the layout conversion after this
 rewrite keeps them channels-last with no transpose in between, and the elementwise work fuses
 with the convolutions as in a 2-D network. Only with the NHWC layout: in NCHW a one-row
@@ -33,6 +34,7 @@ UNARY = {"relax.abs", "relax.ceil", "relax.clip", "relax.cos", "relax.erf", "rel
 BINARY = {"relax.add", "relax.subtract", "relax.multiply", "relax.divide", "relax.power",
           "relax.maximum", "relax.minimum"}
 REDUCTIONS = {"relax.mean", "relax.variance", "relax.sum", "relax.max", "relax.min"}
+SOFTMAX = {"relax.nn.softmax", "relax.nn.log_softmax"}
 
 
 def conv1d_as_conv2d_pass():
@@ -93,14 +95,29 @@ def conv1d_as_conv2d_pass():
                 rows = [self.lifted(a) for a in call.args]
                 if None not in rows and any(self.row_of(a) is not None for a in call.args):
                     return self.squeezed(relax.Call(call.op, rows, call.attrs))
+            elif name == "relax.strided_slice":  # a gate's halves (WaveNet, GLU)
+                row = self.row_of(call.args[0])
+                if row is not None:
+                    axes = [self.axis(int(a)) for a in call.args[1].fields]
+                    return self.squeezed(relax.op.strided_slice(
+                        row, axes, *call.args[2:], assume_inbound=call.attrs.assume_inbound))
+            elif name in SOFTMAX:  # over the channels, as a classifier per sample
+                row = self.row_of(call.args[0])
+                if row is not None:
+                    op = getattr(relax.op.nn, name.split(".")[-1])
+                    return self.squeezed(op(row, self.axis(int(call.attrs.axis))))
             elif name in REDUCTIONS and call.attrs.keepdims and call.attrs.axis is not None:
                 row = self.row_of(call.args[0])
                 if row is not None:
-                    axes = [int(a) % 3 for a in call.attrs.axis]
-                    axes = [a + (a >= ROW) for a in axes]
+                    axes = [self.axis(int(a)) for a in call.attrs.axis]
                     op = getattr(relax.op, name.split(".")[-1])
                     return self.squeezed(op(row, axes, keepdims=True))
             return call
+
+        @staticmethod
+        def axis(axis: int) -> int:
+            """An axis of the 3-D tensor as the axis of the one-row 4-D one."""
+            return axis % 3 + (axis % 3 >= ROW)
 
         def conv1d(self, call):
             attrs = call.attrs

@@ -26,7 +26,9 @@ class GraphOptions:
     V`` as one function (``tasks.attention``); ``conv1d``: 1-D convolutions as one-row 2-D
     ones, the work between them kept one-row (``tasks.conv1d``; NHWC only); ``norms``: ONNX's
     decomposed group and instance norms as ``group_norm``, per-channel constants at full rank,
-    so that the layout carries them (``tasks.norms``; NHWC only)."""
+    so that the layout carries them (``tasks.norms``; NHWC only); ``fold_pads``: a zero pad
+    of the image axes taken into the convolution that reads it, ONNX's pads as ``nn.pad``
+    (``tasks.pads``)."""
 
     layout: str = DEFAULT_LAYOUT
     winograd: bool = True
@@ -39,6 +41,7 @@ class GraphOptions:
     attention: bool = True
     conv1d: bool = True
     norms: bool = True
+    fold_pads: bool = True
 
     def __post_init__(self):
         object.__setattr__(self, "layout", check_layout(self.layout))
@@ -65,7 +68,8 @@ class GraphOptions:
                                  f"{', '.join(sorted(known))}")
             # a run saved before a rewrite existed was tuned and built without it
             value = {"expand_depthwise": False, "grouped_conv": False, "slice_first": False,
-                     "attention": False, "conv1d": False, "norms": False, **value}
+                     "attention": False, "conv1d": False, "norms": False,
+                     "fold_pads": False, **value}
             return GraphOptions(**value)
         raise TypeError(f"graph options must be GraphOptions, str or dict, not "
                         f"{type(value).__name__}")
@@ -87,6 +91,10 @@ class GraphOptions:
         """``mod`` (inference-ready Relax, after ``before_folding`` and constant folding)
         converted to the layout, then the fusions, fast math and Winograd applied. A rewrite that raises is skipped (``guarded``): the model keeps NCHW, or
         runs without the fusion, and the rest still applies."""
+        if self.fold_pads:  # before the 1-D convolutions: a causal pad is their padding
+            from .pads import REWRITE as NAME, fold_pads_pass
+
+            mod = guarded(NAME, fold_pads_pass(), mod)
         if self.conv1d and self.layout == "nhwc":  # before the layout conversion it feeds
             from .conv1d import REWRITE as NAME, conv1d_as_conv2d_pass
 

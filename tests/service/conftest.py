@@ -25,9 +25,11 @@ def free_port() -> int:
 class Server:
     """One ``tensortune serve`` process over ``home``; ``kill9`` and ``start`` again resume."""
 
-    def __init__(self, home: Path, max_upload_mb: float = 2.0, args: tuple[str, ...] = ()):
+    def __init__(self, home: Path, max_upload_mb: float = 2.0, args: tuple[str, ...] = (),
+                 env: dict[str, str] | None = None):
         self.home = home
         self.args = tuple(args)  # more ``serve`` options (``--devices``)
+        self.env = dict(env or {})  # more TENSORTUNE_* settings
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.token_file = home / "tokens"
@@ -39,7 +41,7 @@ class Server:
 
     def start(self, timeout: float = 120.0) -> "Server":
         env = dict(os.environ, TENSORTUNE_HOME=str(self.home), TENSORTUNE_MIN_REPEAT_MS="5",
-                   TENSORTUNE_REPEAT="2")
+                   TENSORTUNE_REPEAT="2", **self.env)
         cmd = [sys.executable, "-m", "tensortune", "serve", "--port", str(self.port),
                "--token-file", str(self.token_file), "--max-upload-mb", str(self.max_upload_mb),
                *self.args]

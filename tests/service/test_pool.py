@@ -24,7 +24,10 @@ def pool(tmp_path_factory):
 
     rpc = RPCPool(KEYS, port=9700, server_port=9800)
     devices = ",".join(rpc.device(key) for key in KEYS)
-    srv = Server(tmp_path_factory.mktemp("pool"), args=("--devices", devices)).start()
+    # a dead device is given up after 2 more tries 0.5 and 1 s apart, not the default 5 (30 s)
+    srv = Server(tmp_path_factory.mktemp("pool"), args=("--devices", devices),
+                 env={"TENSORTUNE_DEVICE_RETRIES": "2",
+                      "TENSORTUNE_DEVICE_RETRY_PAUSE_S": "0.5"}).start()
     yield srv, rpc
     srv.stop()
     rpc.close()
