@@ -76,14 +76,9 @@ def _bound(func, kind: str, args: list):
         expected = te.create_prim_func([data, value, getattr(topi, kind)(data, value)])
         bound = args[1]
     elif len(args) == 1:
-        # the number as TVMScript prints it (T.float32(6.0), T.float32("inf")); a wrong
-        # reading only fails the structural check below
-        numbers = re.findall(r"T\.float\d+\(([^()]*)\)", func.script())
-        if len(numbers) != 1:
-            return None
-        try:
-            number = float(numbers[0].strip("'\""))
-        except ValueError:
+        # a wrong reading only fails the structural check below
+        number = lone_float(func.script())
+        if number is None:
             return None
         expected = te.create_prim_func([data, getattr(topi, kind)(data, number)])
         bound = relax.const(number, dtype)
@@ -92,3 +87,15 @@ def _bound(func, kind: str, args: list):
     same = tvm_ffi.structural_equal(func, expected.without_attr("global_symbol"),
                                     map_free_vars=True)
     return bound if same else None
+
+
+def lone_float(script: str) -> float | None:
+    """The one float constant of a PrimFunc's TVMScript (``T.float32(6.0)``,
+    ``T.float32("inf")``), or None where it has none or several."""
+    numbers = re.findall(r"T\.float\d+\(([^()]*)\)", script)
+    if len(numbers) != 1:
+        return None
+    try:
+        return float(numbers[0].strip("'\""))
+    except ValueError:
+        return None

@@ -106,17 +106,15 @@ def topi_pad(func, data, call):
 
     import tvm_ffi
 
+    from ..frontend.onnx_clip import lone_float
+
     shape, out = static_shape(data), static_shape(call)
     if shape is None or out is None or len(shape) != len(out) \
             or any(o < s for s, o in zip(shape, out)):
         return None
     text = func.script()
-    values = re.findall(r"T\.float\d+\(([^()]*)\)", text)
-    if len(values) != 1:
-        return None
-    try:
-        value = float(values[0].strip("'\""))
-    except ValueError:
+    value = lone_float(text)
+    if value is None:
         return None
     numbers = {int(n) for n in re.findall(r"T\.int64\((\d+)\)", text)}
     totals = [o - s for s, o in zip(shape, out)]
