@@ -8,7 +8,7 @@ import pytest
 from tensortune.measure import MeasureResult
 from tensortune.search import STRATEGIES
 from tensortune.settings import SearchSettings, Settings
-from tensortune.space import task_space
+from tensortune.space import task_seeds, task_space
 from tensortune.tasks.scheduler import TaskScheduler
 from tensortune.tuner import TuneLoop
 from tensortune.workload import Matmul, Task, default_target
@@ -155,3 +155,47 @@ def test_confirmation_takes_the_heaviest_tasks_best_distinct_configs_and_times_t
     assert [g[0].kind for g in groups] == ["build", "measure", "measure"] and timed == 6
     confirming = [r for r in load_records(path) if r.confirm]
     assert len(confirming) == 6 and {r.config for r in confirming} == set(chosen[0].configs)
+
+
+def test_tasks_of_one_space_measure_each_others_best_first():
+    """Siblings (one loop nest, other epilogues): a task's new best is offered to the others
+    of its space and measured in their next batch; a task of another space gets none."""
+    twin = Task(Matmul(m=64, n=64, k=64), default_target(1))  # another key, a's space
+    assert twin.key != TASKS[0][1].key
+    assert task_space(twin).signature() == task_space(TASKS[0][1]).signature()
+    assert task_space(TASKS[1][1]).signature() != task_space(TASKS[0][1]).signature()
+    tasks = TASKS + [("twin", twin, 1.0)]
+    settings = Settings(search=SearchSettings(batch_size=4))
+    loops = {}
+
+    def make_loop(task):
+        loops[task.key] = TuneLoop(task_space(task), STRATEGIES["random"], None,
+                                   settings.search, seed=len(loops))
+        return loops[task.key]
+
+    sched = TaskScheduler(tasks, FakeBuilder(), ReplayRunner(cost), settings, make_loop,
+                          strategy="round-robin")
+    res = sched.run(48)
+    a, b, t = (next(p for p in sched.progress if p.name == n) for n in ("a", "b", "twin"))
+    assert [p.name for p in a.siblings] == ["twin"] and [p.name for p in t.siblings] == ["a"]
+    assert b.siblings == []
+    # each measured the other's best, so both end at the better of the two
+    assert a.evaluator.best_config in t.evaluator.measured
+    assert t.evaluator.best_config in a.evaluator.measured
+    assert res.tasks["a"].best_cost == pytest.approx(res.tasks["twin"].best_cost)
+    assert not set(b.evaluator.measured) & set(a.evaluator.measured)
+
+
+def test_an_offered_config_is_measured_before_the_seeds_and_only_once():
+    task = TASKS[0][1]
+    space = task_space(task)
+    *seeds, offered = task_seeds(task, space)[:4]
+    loop = TuneLoop(space, STRATEGIES["random"], None, SearchSettings(batch_size=4), seeds=seeds)
+    loop.offer([offered, offered, seeds[1]])
+    from tensortune.tuner.evaluator import Evaluator
+    ev = Evaluator(task, FakeBuilder(), ReplayRunner(cost), budget=100)
+    loop.step(ev, 3)
+    assert list(ev.results)[:3] == [offered, seeds[1], seeds[0]]
+    loop.step(ev, 2)
+    assert list(ev.results)[3] == seeds[2]  # seeds[1] was measured as an offer
+    assert len(ev.results) == 5 and not loop.offered and not loop.seeds

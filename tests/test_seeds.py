@@ -67,6 +67,32 @@ def test_seeds_are_valid_schedules_on_irregular_shapes(target, lanes):
         assert first["pack_param_0"] == "root"  # the weight is packed once, at build time
 
 
+class Late1x1(torch.nn.Module):
+    """ResNeXt's late 1x1 convolutions: 256 -> 512 at 14x14, then 512 -> 1024 at 7x7."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Conv2d(256, 512, 1)
+        self.b = torch.nn.Conv2d(512, 1024, 1, stride=2)
+
+    def forward(self, x):
+        return torch.relu(self.b(torch.relu(self.a(x))))
+
+
+@pytest.mark.parametrize("lanes,most", [(8, 12), (16, 30)])
+def test_register_tiles_fit_the_isas_vector_registers(target, lanes, most):
+    """AVX2 has 16 vector registers: 14 accumulators spilled on Zen 3 (ResNeXt-50's 1x1
+    convolutions 1.2-1.5x slower than 8), so its seeds keep two W vectors and a broadcast
+    free; AVX-512's 32 also take 30 where rows allow no more (7 of a 7x7 layer)."""
+    tasks = [t for t in _model_tasks(Late1x1(), (1, 256, 14, 14), target) if "conv2d" in t.name]
+    assert len(tasks) == 2
+    for t in tasks:
+        seeds = cpu_seeds(task_space(t.task), t.task.workload.prim_func(), lanes=lanes)
+        tiles = [c["tile_ff"][-1] // lanes * c["tile_xx"][-1] * c["tile_yy"][-1] for c in seeds]
+        assert seeds and max(tiles) <= most, (t.name, tiles)
+        assert max(tiles) >= 7  # at least a vector on every row of a 7-wide image
+
+
 def test_channels_with_no_whole_vector_get_quarter_vectors_or_an_unrolled_ragged_tile(target):
     """ShuffleNet's 58 and 116 channels: 116 takes 4-lane tiles under many rows; 58 can only
     take 29 lanes (16 + 8 + 4 + 1), a tile LLVM vectorizes only fully unrolled and unblocked

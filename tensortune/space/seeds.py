@@ -95,10 +95,13 @@ def _oriented(space, knobs, info, spatial, reduce, choice, vec, rows, rows2, lan
     tiles = []  # (V, {row axis: unroll}): register tiles, the fullest first
     for v_tile in _vector_tiles(ext[vec], lanes):
         vecs = vector_pieces(v_tile, lanes)
-        # two W vectors and a broadcast stay in registers at regs - 4 accumulators; regs - 2
-        # still pays when it is the only way to more than a few rows (a 7x7 layer)
+        # two W vectors and a broadcast stay in registers at regs - 4 accumulators; with 32
+        # registers regs - 2 still pays when it is the only way to more than a few rows (a 7x7
+        # layer). With AVX2's 16 it spills: on Zen 3, ResNeXt-50's 1x1 convolutions ran 14
+        # accumulators (7 rows x 2 vectors) 1.2-1.5x slower than 8 (2 x 2 rows x 2 vectors) at
+        # 14x14, and than 7 (7 rows x 1 vector) at 7x7
         candidates = []
-        for most in (regs - 4, regs - 2):
+        for most in (regs - 4, regs - 2) if regs >= 32 else (regs - 4,):
             candidates += [{rows: u} for u in _row_tiles(ext[rows], max(1, most // vecs))] \
                 if rows else [{}]
             if most == regs - 4 and rows2:  # a 2-D tile: 2 x 2 positions where 4 won't divide

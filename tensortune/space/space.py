@@ -40,6 +40,11 @@ class ConfigSpace:
     def __repr__(self):
         return f"ConfigSpace({len(self.knobs)} knobs, size={self.size:.3g})"
 
+    def signature(self) -> tuple:
+        """Knob names and candidates: spaces with one signature take the same configs (the
+        same loop nest, its epilogue aside: ``tasks.scheduler``'s siblings)."""
+        return tuple((k.name, c) for k, c in zip(self.knobs, self._cands))
+
     # -- index <-> config -----------------------------------------------------------------------
     def get(self, index: int) -> Config:
         if not 0 <= index < self.size:

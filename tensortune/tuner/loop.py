@@ -53,6 +53,7 @@ class TuneLoop:
         self.seeds = [c for c in seeds if c in space]
         self._stalled_rounds = self._stalled_proposals = 0
         self._seeds_ranked = False
+        self.offered: list[Config] = []  # ``offer``'s configs: before the seeds, unranked
         self._fitted_on = -1
         self.exhausted = False
 
@@ -115,9 +116,13 @@ class TuneLoop:
 
     def _propose(self, evaluator: Evaluator, n: int) -> list[Config]:
         exclude = evaluator.measured
-        self._rank_seeds(evaluator, n)
-        first = [c for c in self.seeds if c not in exclude][:n]
-        self.seeds = self.seeds[len(first):] if first else []
+        pending = [c for c in self.offered if c not in exclude]
+        offered, self.offered = pending[:n], pending[n:]
+        exclude = exclude | set(offered)
+        self._rank_seeds(evaluator, n - len(offered))
+        left = [c for c in self.seeds if c not in exclude]
+        first, self.seeds = left[:n - len(offered)], left[n - len(offered):]
+        first = offered + first
         exclude = exclude | set(first)
         rest = n - len(first)
         # cold start: explore, unless the model was trained before (pretrained on other tasks)
@@ -130,6 +135,13 @@ class TuneLoop:
             batch = self.propose(self.space, self.model, evaluator.task, rest, exclude, self.rng,
                                  self.settings, seeds=evaluator.top(8))
         return first + list(batch)
+
+    def offer(self, configs: Sequence[Config]) -> None:
+        """Measure ``configs`` (those in the space) first when this loop next proposes: the
+        best of a task that shares its space (``tasks.scheduler``)."""
+        for c in configs:
+            if c in self.space and c not in self.offered:
+                self.offered.append(c)
 
     def stalled(self, evaluator: Evaluator) -> bool:
         """True once the task went ``early_stop_trials`` trials without a new best."""
