@@ -255,6 +255,51 @@ def test_outputs_just_short_of_a_vector_multiple_are_padded_and_keep_their_names
         assert result.ok and result.verified, (dict(inp.config), result.message)
 
 
+class ShortRows(torch.nn.Module):
+    """MobileNet V3's last stage: 1x1 convolutions at 7x7 (24 -> 72 with HardSwish, whose
+    input is read twice, then 72 -> 40 with a residual's add), and one at stride 2."""
+
+    def __init__(self):
+        super().__init__()
+        self.expand = torch.nn.Conv2d(24, 72, 1)
+        self.project = torch.nn.Conv2d(72, 24, 1)
+        self.down = torch.nn.Conv2d(24, 40, 1, stride=2)
+
+    def forward(self, x):
+        return self.down(x + self.project(torch.nn.functional.hardswish(self.expand(x))))
+
+
+def test_avx2_tiles_a_short_rows_positions_six_at_a_time(target):
+    """With AVX2's 16 registers a 7-wide row takes 7 accumulators at most (ResNeXt-50's 7x7
+    1x1 convolutions at 40% of Zen 3's peak): a stride-1 1x1 convolution's 49 positions
+    become one axis padded to 54, six to a tile (1.2x faster there). AVX-512 keeps its rows,
+    and so does a strided convolution; the fused seeds, built for an AVX2 CPU (which every
+    x86 host here runs), compute what numpy does."""
+    avx2 = {"kind": "llvm", "mcpu": "haswell", "num-cores": 2}
+    tasks = [t.task for t in _model_tasks(ShortRows(), (1, 24, 7, 7), avx2) if "conv2d" in t.name]
+    assert len(tasks) == 3
+    inputs = []
+    for task in tasks:
+        extents = {k.name: k.extent for k in task_space(task).knobs if hasattr(k, "extent")}
+        wide = Task(task.workload, {**avx2, "mcpu": "skylake-avx512"})
+        rows = {k.name for k in task_space(wide).knobs}
+        assert {"tile_yy", "tile_xx"} <= rows and "tile_yy_xx" not in rows
+        if "tile_yy_xx" not in extents:  # the strided one
+            assert task.workload.prim_func().params[0].shape[1] == 7
+            continue
+        assert extents["tile_yy_xx"] == 54 and "tile_ry" not in extents
+        seeds = task_seeds(task)
+        tiles = {(c["tile_yy_xx"][-1], c["tile_ff"][-1] // 8) for c in seeds}
+        assert seeds and all(rows in (3, 6, 9) and rows * vecs <= 12 for rows, vecs in tiles)
+        inputs += [MeasureInput(task, c) for c in seeds[:2]]
+    assert len(inputs) == 4
+    settings = MeasureSettings(number=1, repeat=1, min_repeat_ms=1, threads=2)
+    with LocalBuilder(workers=2) as builder, LocalRunner(settings) as runner:
+        results = runner.run(inputs, builder.build(inputs))
+    for inp, result in zip(inputs, results):
+        assert result.ok and result.verified, (dict(inp.config), result.message)
+
+
 class ChannelsOut(torch.nn.Module):
     """A 1-D convolution to 200 channels over 150 samples and a softmax over the channels: the
     model runs them channels-last, so its output (N, C, W) is a transposing copy."""

@@ -55,14 +55,15 @@ def task_space(task) -> ConfigSpace:
     one runs the template (0.1-0.4 s for a CUDA function), so the last ``SPACES_KEPT`` are
     kept: a model build checks each task's best record against the space its tuning used."""
     template = _template(task.template)
+    lanes = _lanes(task)
     # the key names the function's structure, not its buffers, whose names the knobs carry
-    key = (template, task.template, task.workload.key, task.workload.param_names)
+    key = (template, task.template, task.workload.key, task.workload.param_names, lanes)
     with _SPACES_LOCK:  # the hardware-free search scores in a second thread
         space = _SPACES.get(key)
         if space is not None:
             _SPACES.move_to_end(key)
             return space
-    space = define_space(template, task.workload.prim_func())
+    space = define_space(template, task.workload.prim_func(), lanes)
     with _SPACES_LOCK:
         _SPACES[key] = space
         while len(_SPACES) > SPACES_KEPT:
@@ -85,7 +86,16 @@ def task_seeds(task, space: ConfigSpace | None = None, limit: int = 12) -> list[
 def apply_config(task, config: Config, space: ConfigSpace | None = None):
     """The scheduled ``tvm.s_tir.Schedule`` of ``task`` for ``config``."""
     space = space or task_space(task)
-    return apply_template(_template(task.template), task.workload.prim_func(), space, config)
+    return apply_template(_template(task.template), task.workload.prim_func(), space, config,
+                          _lanes(task))
+
+
+def _lanes(task) -> int | None:
+    """The float32 vector lanes a CPU task's template shapes its loops for; None for a GPU."""
+    from ..workload import vector_lanes
+
+    target = task.target if isinstance(task.target, dict) else {}
+    return vector_lanes(target) if target.get("kind", "llvm") == "llvm" else None
 
 
 __all__ = ["Config", "ConfigSpace", "SplitKnob", "ChoiceKnob", "InvalidConfigError",

@@ -49,7 +49,7 @@ def generic_cpu(cfg, sch):
         return recurrent_cpu(cfg, sch)
     if not is_tiled(sch):
         return rowwise_cpu(cfg, sch)
-    pads = pad_ragged(sch)  # 197 rows computed as 200: a register tile of rows divides them
+    pads = pad_ragged(sch, cfg.lanes)  # 197 rows as 200: a register tile of rows divides them
     info = analyze(sch)  # again: padding may rename the block's iterators
     main = sch.get_sblock(info.name)
     padded = {sch.get(p).writes[0].source.name for p in pads}

@@ -58,7 +58,7 @@ def cpu_seeds(space: ConfigSpace, prim_func, lanes: int = 8, threads: int = 2,
         return recurrent_seeds(space, sch, lanes)[:limit]
     if not is_tiled(sch):
         return rowwise_seeds(space, prim_func, lanes, threads, limit)
-    pad_ragged(sch)  # the template's padded extents
+    pad_ragged(sch, lanes)  # the template's padded extents
     info = analyze(sch)
     knobs = {k.name: k for k in space.knobs}
     spatial = [(short_name(n), e) for n, e in info.spatial]

@@ -3,7 +3,10 @@
 A template asks its ``KnobSource`` for values (``split``, ``choice``). While a space is being
 defined, ``SpaceBuilder`` records each knob and answers with a default; while a config is being
 applied, ``ConfigSource`` answers with the config's value. Knobs must not depend on other knobs'
-values, so the space is a plain product.
+values, so the space is a plain product. Both sources carry ``lanes``, the float32 lanes of the
+target's vectors (8: AVX2, 16: AVX-512; None where no target is known): a template may shape
+its loops for the register file (``analysis.fuse_positions``), so a space is one function's on
+one kind of vector unit.
 """
 from __future__ import annotations
 
@@ -19,8 +22,9 @@ from .space import ConfigSpace, InvalidConfigError
 class SpaceBuilder:
     """Records the knobs a template defines; answers with a harmless default."""
 
-    def __init__(self):
+    def __init__(self, lanes: int | None = None):
         self.knobs: list[Knob] = []
+        self.lanes = lanes
 
     def split(self, name: str, extent: int, parts: int, max_inner: int = 0) -> tuple[int, ...]:
         knob = SplitKnob(name, int(extent), parts, max_inner)
@@ -39,8 +43,9 @@ class SpaceBuilder:
 class ConfigSource:
     """Answers a template's questions from one config."""
 
-    def __init__(self, config: Config):
+    def __init__(self, config: Config, lanes: int | None = None):
         self.config = config
+        self.lanes = lanes
 
     def _get(self, name):
         try:
@@ -70,19 +75,22 @@ def _schedule_class():
     return type("UncheckedSchedule", (Schedule,), methods)
 
 
-def define_space(template: TemplateFn, prim_func) -> ConfigSpace:
-    """Run ``template`` in define mode on a fresh schedule of ``prim_func``."""
-    builder = SpaceBuilder()
+def define_space(template: TemplateFn, prim_func, lanes: int | None = None) -> ConfigSpace:
+    """Run ``template`` in define mode on a fresh schedule of ``prim_func`` (for a target
+    with ``lanes``-wide float32 vectors)."""
+    builder = SpaceBuilder(lanes)
     template(builder, _schedule_class()(prim_func))
     return builder.space()
 
 
-def apply_template(template: TemplateFn, prim_func, space: ConfigSpace, config: Config):
-    """The scheduled ``tvm.s_tir.Schedule`` for ``config``; ``InvalidConfigError`` if it can't be."""
+def apply_template(template: TemplateFn, prim_func, space: ConfigSpace, config: Config,
+                   lanes: int | None = None):
+    """The scheduled ``tvm.s_tir.Schedule`` for ``config`` (the space defined with the same
+    ``lanes``); ``InvalidConfigError`` if it can't be."""
     space.digits(config)  # refuses foreign configs by name
     sch = _schedule_class()(prim_func)
     try:
-        result = template(ConfigSource(config), sch)
+        result = template(ConfigSource(config, lanes), sch)
     except InvalidConfigError:
         raise
     except Exception as err:  # TVM raises ScheduleError/TVMError subclasses for illegal steps

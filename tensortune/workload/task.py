@@ -180,10 +180,15 @@ def vector_lanes(target: dict) -> int:
     AVX-512, 8 with AVX2 (and for a target without an ``mcpu``)."""
     if target.get("kind") != "llvm" or not target.get("mcpu"):
         return 8
+    return _mcpu_lanes(target["mcpu"])
+
+
+@functools.cache
+def _mcpu_lanes(mcpu: str) -> int:
     import tvm
     from tvm.target import codegen
 
-    tgt = tvm.target.Target({"kind": "llvm", "mcpu": target["mcpu"]})
+    tgt = tvm.target.Target({"kind": "llvm", "mcpu": mcpu})
     return 16 if codegen.target_has_features("avx512f", tgt) else 8
 
 
