@@ -273,7 +273,7 @@ def test_avx2_tiles_a_short_rows_positions_six_at_a_time(target):
     """With AVX2's 16 registers a 7-wide row takes 7 accumulators at most (ResNeXt-50's 7x7
     1x1 convolutions at 40% of Zen 3's peak): a stride-1 1x1 convolution's 49 positions
     become one axis padded to 54, six to a tile (1.2x faster there). AVX-512 keeps its rows,
-    and so does a strided convolution; the fused seeds, built for an AVX2 CPU (which every
+    and so do a strided convolution and one whose channels are padded too; the fused seeds, built for an AVX2 CPU (which every
     x86 host here runs), compute what numpy does."""
     avx2 = {"kind": "llvm", "mcpu": "haswell", "num-cores": 2}
     tasks = [t.task for t in _model_tasks(ShortRows(), (1, 24, 7, 7), avx2) if "conv2d" in t.name]
@@ -293,6 +293,10 @@ def test_avx2_tiles_a_short_rows_positions_six_at_a_time(target):
         assert seeds and all(rows in (3, 6, 9) and rows * vecs <= 12 for rows, vecs in tiles)
         inputs += [MeasureInput(task, c) for c in seeds[:2]]
     assert len(inputs) == 4
+    # channels padded too (RegNet-Y's 440 as 448): the rows keep their space
+    [padded] = [t.task for t in _model_tasks(torch.nn.Conv2d(16, 440, 1), (1, 16, 7, 7), avx2)
+                if "conv2d" in t.name]
+    assert {"tile_yy", "tile_xx"} <= {k.name for k in task_space(padded).knobs}
     settings = MeasureSettings(number=1, repeat=1, min_repeat_ms=1, threads=2)
     with LocalBuilder(workers=2) as builder, LocalRunner(settings) as runner:
         results = runner.run(inputs, builder.build(inputs))
