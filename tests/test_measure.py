@@ -72,6 +72,24 @@ def test_a_limit_that_tightens_as_jobs_finish_cuts_the_late_slow_job():
     assert "1 s" in out[3].message and seen == [0, 1, 2, 3]
 
 
+def _nap(seconds):
+    time.sleep(seconds)
+    return seconds
+
+
+def test_jobs_the_limit_does_not_count_leave_it_where_it_was():
+    """A config the template refuses is a build done in milliseconds: counted, three of them
+    tightened a batch's limit until a real build of a CUDA kernel (3 s on a slow host) was cut
+    short. The builder counts only built libraries (``counted``)."""
+    def limit(done):  # 60 s until three jobs are done, then 10 x their median
+        return 60.0 if len(done) < 3 else 10 * sorted(done)[len(done) // 2]
+
+    with WorkerPool(1) as pool:
+        cut = pool.map(_nap, [0.0, 0.0, 0.0, 1.5], timeout_s=limit)
+        kept = pool.map(_nap, [0.0, 0.0, 0.0, 1.5], timeout_s=limit, counted=lambda s: s > 0)
+    assert cut[3].kind == TIMEOUT and kept == [0.0, 0.0, 0.0, 1.5]
+
+
 def test_a_replacement_that_fails_to_start_is_retried_then_named(tmp_path, monkeypatch):
     monkeypatch.setattr(pool_module, "REPLACE_BACKOFF_S", 0.0)
     countdown = tmp_path / "countdown"

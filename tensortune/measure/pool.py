@@ -212,12 +212,14 @@ class WorkerPool:
                 self._workers[slot] = w
                 return
 
-    def map(self, fn: Callable, jobs: Sequence, timeout_s: float | Callable) -> list:
+    def map(self, fn: Callable, jobs: Sequence, timeout_s: float | Callable,
+            counted: Callable[[object], bool] | None = None) -> list:
         """``fn(job)`` for each job, in order; a ``JobFailure`` where a job failed to deliver.
 
         ``fn`` must be a module-level function (it is pickled by reference). ``timeout_s`` is
         seconds per job, or a function from the seconds the jobs done so far took to that limit
-        (asked again after each job, so a limit can tighten while the batch runs).
+        (asked again after each job, so a limit can tighten while the batch runs); with
+        ``counted``, only the jobs whose result it accepts.
         """
         if not jobs:
             return []
@@ -253,7 +255,7 @@ class WorkerPool:
                     else:
                         results[index] = (value if status == "ok" else
                                           JobFailure(ERROR, value[0], detail=value[1]))
-                        if status == "ok":
+                        if status == "ok" and (counted is None or counted(value)):
                             done_s.append(time.monotonic() - start)
                             limit = limit_of(done_s)
                 elif time.monotonic() >= start + limit:
