@@ -26,6 +26,11 @@ POSITION_TILE = 6
 SHORT_ROW = 8
 
 
+def vector_registers(lanes: int) -> int:
+    """Architectural vector registers: 32 zmm with AVX-512, 16 ymm with AVX2."""
+    return 32 if lanes >= 16 else 16
+
+
 @dataclass(frozen=True)
 class MainBlockInfo:
     name: str
@@ -109,7 +114,7 @@ def pad_ragged(sch, lanes: int | None = None) -> list:
     # where the channels are padded too, the rows keep their space: RegNet-Y's 440 -> 448
     # channels over 54 positions did 12% more work, and its 1 x 7-vector tiles over rows ran
     # 1.5x faster (201 against 311 us on Zen 3)
-    if factors[len(info.spatial) - 1] == 1 and fuse_positions(sch, lanes):
+    if factors[len(info.spatial) - 1] == 1 and fuse_positions(sch, info, lanes):
         info = analyze(sch)
         factors = _ragged_factors(sch, info)
         if info.spatial[1][1] % POSITION_TILE:
@@ -151,7 +156,7 @@ def _ragged_factors(sch, info: MainBlockInfo) -> list[int]:
     return factors
 
 
-def fuse_positions(sch, lanes: int | None) -> bool:
+def fuse_positions(sch, info: MainBlockInfo, lanes: int | None) -> bool:
     """On AVX2 (``lanes`` 8: 16 registers), fuse the image rows and columns of an NHWC 1x1
     convolution of stride 1 whose rows are shorter than ``SHORT_ROW`` into one positions axis
     (its unit window axes dropped, its input and output laid out by position), and return
@@ -159,9 +164,8 @@ def fuse_positions(sch, lanes: int | None) -> bool:
     does not apply or TVM refuses, the schedule is unchanged. ResNeXt-50's 7x7 layers took
     1.2x less time with 6 x 2-vector tiles over 54 positions than with 7 x 1 over rows of 7
     (Zen 3)."""
-    if not lanes or lanes >= 16:
+    if not lanes or vector_registers(lanes) > 16:
         return False
-    info = analyze(sch)
     kinds = [int(iv.iter_type) for iv in sch.get(sch.get_sblock(info.name)).iter_vars]
     if kinds != [0, 0, 0, 0, 2, 2, 2] or not info.reads:
         return False

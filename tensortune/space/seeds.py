@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import itertools
 
-from .analysis import analyze, is_tiled, pad_ragged, short_name
+from .analysis import analyze, is_tiled, pad_ragged, short_name, vector_registers
 from .cpu_attention import attention_seeds, is_attention
 from .cpu_expand_depthwise import expand_depthwise_seeds, is_expand_depthwise
 from .cpu_recurrent import is_recurrence, recurrent_seeds
@@ -35,11 +35,6 @@ from .space import ConfigSpace
 
 ACCUMULATOR_TILE_MAX = 4096  # floats of the S2 x S3 output block, kept in L1 across R0
 RAGGED_UNROLL = 512  # the unroll knob's largest step: a whole ragged register tile
-
-
-def vector_registers(lanes: int) -> int:
-    """Architectural vector registers: 32 zmm with AVX-512, 16 ymm with AVX2."""
-    return 32 if lanes >= 16 else 16
 
 
 def cpu_seeds(space: ConfigSpace, prim_func, lanes: int = 8, threads: int = 2,
