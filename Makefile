@@ -24,8 +24,12 @@ browser:
 	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends \
 	    chromium chromium-driver >/dev/null; }
 
+# Two workers, a test module at a time each (most tests build with TVM on one core or wait on a
+# server); modules that share machine-wide state run on one worker (tests/conftest.py).
+TEST_WORKERS ?= 2
+
 test: venv browser
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup tests
 
 run: venv
 	$(BIN)/tensortune tune-model resnet18 --trials 800

@@ -4,6 +4,19 @@ from pathlib import Path
 
 import pytest
 
+# Modules that must not run beside each other under ``pytest -n`` (the Makefile's two workers):
+# both start Ray, and a loopback cluster's teardown (``ray stop --force``) ends every Ray
+# process on the machine, the other module's included.
+SHARED_GROUPS = {"test_ray_backend": "ray", "test_cluster": "ray"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under ``--dist loadgroup`` a worker takes a whole module (its module-scoped servers
+    and clusters start once), and the modules of one shared group go to one worker."""
+    for item in items:
+        module = item.path.stem
+        item.add_marker(pytest.mark.xdist_group(SHARED_GROUPS.get(module, str(item.path))))
+
 
 @pytest.fixture(scope="session")
 def emulator():

@@ -229,7 +229,9 @@ def test_rows_no_register_tile_divides_are_padded_to_one_that_does(target, workl
         assert result.ok and result.verified, (dict(inp.config), result.message)
 
 
-@pytest.mark.parametrize("channels, padded, size", [(255, 256, 10), (440, 448, 7)])
+# 440 at 14x14 (RegNet-Y's first stage-4 block): at 7x7 an AVX2 host fuses its positions and
+# keeps the 440 channels (test_avx2_tiles_a_short_rows_positions_six_at_a_time)
+@pytest.mark.parametrize("channels, padded, size", [(255, 256, 10), (440, 448, 14)])
 def test_outputs_just_short_of_a_vector_multiple_are_padded_and_keep_their_names(
         target, channels, padded, size):
     """YOLO's detection head (255 channels: 17-lane tiles otherwise) and RegNet's 440-channel
@@ -272,9 +274,10 @@ class ShortRows(torch.nn.Module):
 def test_avx2_tiles_a_short_rows_positions_six_at_a_time(target):
     """With AVX2's 16 registers a 7-wide row takes 7 accumulators at most (ResNeXt-50's 7x7
     1x1 convolutions at 40% of Zen 3's peak): a stride-1 1x1 convolution's 49 positions
-    become one axis padded to 54, six to a tile (1.2x faster there). AVX-512 keeps its rows,
-    and so do a strided convolution and one whose channels are padded too; the fused seeds, built for an AVX2 CPU (which every
-    x86 host here runs), compute what numpy does."""
+    become one axis padded to 54, six to a tile (1.2x faster there), or to 50, two to a
+    tile, where the channels are a multiple of five vectors but not of two. AVX-512 keeps its
+    rows, and so do a strided convolution and one whose channels are padded; the fused
+    seeds, built for an AVX2 CPU (which every x86 host here runs), compute what numpy does."""
     avx2 = {"kind": "llvm", "mcpu": "haswell", "num-cores": 2}
     tasks = [t.task for t in _model_tasks(ShortRows(), (1, 24, 7, 7), avx2) if "conv2d" in t.name]
     assert len(tasks) == 3
@@ -293,8 +296,18 @@ def test_avx2_tiles_a_short_rows_positions_six_at_a_time(target):
         assert seeds and all(rows in (3, 6, 9) and rows * vecs <= 12 for rows, vecs in tiles)
         inputs += [MeasureInput(task, c) for c in seeds[:2]]
     assert len(inputs) == 4
-    # channels padded too (RegNet-Y's 440 as 448): the rows keep their space
-    [padded] = [t.task for t in _model_tasks(torch.nn.Conv2d(16, 440, 1), (1, 16, 7, 7), avx2)
+    # channels no multiple of two vectors but of five (RegNet-Y's 440, 55 vectors): not padded
+    # to 448, the positions padded to 50 and tiled two at a time by five vectors
+    [wide] = [t.task for t in _model_tasks(torch.nn.Conv2d(16, 440, 1), (1, 16, 7, 7), avx2)
+              if "conv2d" in t.name]
+    extents = {k.name: k.extent for k in task_space(wide).knobs if hasattr(k, "extent")}
+    assert extents["tile_yy_xx"] == 50 and extents["tile_ff"] == 440, extents
+    seeds = task_seeds(wide)
+    two_by_five = [c for c in seeds if (c["tile_yy_xx"][-1], c["tile_ff"][-1]) == (2, 40)]
+    assert two_by_five, [(c["tile_yy_xx"], c["tile_ff"]) for c in seeds]
+    inputs += [MeasureInput(wide, two_by_five[0]), MeasureInput(wide, seeds[0])]
+    # other padded channels (248 as 256) keep the rows: both padded did 12% more work
+    [padded] = [t.task for t in _model_tasks(torch.nn.Conv2d(16, 248, 1), (1, 16, 7, 7), avx2)
                 if "conv2d" in t.name]
     assert {"tile_yy", "tile_xx"} <= {k.name for k in task_space(padded).knobs}
     settings = MeasureSettings(number=1, repeat=1, min_repeat_ms=1, threads=2)

@@ -21,9 +21,12 @@ VECTOR_AXIS = "tensortune.vector_axis"  # a block's own choice of vector axis (i
 PAD_COPY_MAX = 1 << 18  # elements: a 128 x 255 weight is copied padded, a 768 x 50257 one not
 # AVX2's 16 registers keep 12 accumulators: 6 positions x 2 vectors. A 1x1 convolution whose
 # image rows are shorter than ``SHORT_ROW`` has no such tile (7 x 1 vectors ran at 40% of Zen
-# 3's peak): its positions are fused into one axis, padded to a multiple of ``POSITION_TILE``
+# 3's peak): its positions are fused into one axis, padded to a multiple of ``POSITION_TILE``;
+# where its channels are no multiple of two vectors but of ``WIDE_TILE`` (RegNet's 440: 55
+# vectors), they stay unpadded and the positions go two at a time (2 x 5 vectors)
 POSITION_TILE = 6
 SHORT_ROW = 8
+WIDE_TILE = 5
 
 
 def vector_registers(lanes: int) -> int:
@@ -108,17 +111,22 @@ def pad_ragged(sch, lanes: int | None = None) -> list:
     axis is ragged or TVM refuses (a convolution's windowed reads), so other functions keep
     their spaces and records. For ``lanes``-wide vectors of AVX2, a 1x1 convolution's short
     rows are fused (``fuse_positions``) and padded to a multiple of ``POSITION_TILE``, unless
-    its channels are padded."""
+    its channels would be padded: then they are no multiple of two vectors, and where they are
+    of ``WIDE_TILE`` vectors they stay unpadded, the positions padded to even."""
     info = analyze(sch)
     factors = _ragged_factors(sch, info)
-    # where the channels are padded too, the rows keep their space: RegNet-Y's 440 -> 448
-    # channels over 54 positions did 12% more work, and its 1 x 7-vector tiles over rows ran
-    # 1.5x faster (201 against 311 us on Zen 3)
-    if factors[len(info.spatial) - 1] == 1 and fuse_positions(sch, info, lanes):
+    channels = info.spatial[-1][1]
+    # padded channels and positions both (RegNet-Y's 440 as 448 over 54 positions) did 12% more
+    # work and ran 1.5x slower than 1 x 7-vector tiles over rows (311 against 201 us on Zen 3)
+    step = POSITION_TILE if factors[len(info.spatial) - 1] == 1 else \
+        2 if lanes and channels % (WIDE_TILE * lanes) == 0 else None
+    if step and fuse_positions(sch, info, lanes):
         info = analyze(sch)
         factors = _ragged_factors(sch, info)
-        if info.spatial[1][1] % POSITION_TILE:
-            factors[1] = POSITION_TILE
+        if step == 2:
+            factors[len(info.spatial) - 1] = 1  # the channels stay unpadded
+        if info.spatial[1][1] % step:
+            factors[1] = step
     if all(f == 1 for f in factors):
         return []
     main = sch.get_sblock(info.name)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import itertools
 
-from .analysis import analyze, is_tiled, pad_ragged, short_name, vector_registers
+from .analysis import WIDE_TILE, analyze, is_tiled, pad_ragged, short_name, vector_registers
 from .cpu_attention import attention_seeds, is_attention
 from .cpu_expand_depthwise import expand_depthwise_seeds, is_expand_depthwise
 from .cpu_recurrent import is_recurrence, recurrent_seeds
@@ -134,12 +134,15 @@ def _oriented(space, knobs, info, spatial, reduce, choice, vec, rows, rows2, lan
 
 def _vector_tiles(extent: int, lanes: int) -> list[int]:
     """Register-tile widths for the vectorized axis: the first three of 2, 1, 3 or 4 whole
-    vectors that divide it (3 x 8 lanes with 4 rows is AVX2's classic 12-accumulator tile),
+    vectors that divide it, and 5 with AVX2 (3 x 8 lanes with 4 rows is AVX2's classic
+    12-accumulator tile),
     else of half vectors, 2.5 and 3.5 vectors included (120 channels with AVX-512: 8, 24 and
     40 lanes, not a 30-lane vector and a half; RegNet's 440: 8 and 40, where 10 lanes ran at a
     third of the peak), else quarter vectors (116 channels: 4 lanes, with many rows) and its
     largest divisor up to two vectors (58 channels: 29 lanes)."""
-    for width, multiples in ((lanes, (2, 1, 3, 4)), (lanes // 2, (2, 1, 3, 5, 4, 7))):
+    # AVX2 adds 5 vectors (440 channels: 55 vectors; 2 positions x 5 vectors = 10 accumulators)
+    wide = (WIDE_TILE,) if vector_registers(lanes) <= 16 else ()
+    for width, multiples in ((lanes, (2, 1, 3, 4, *wide)), (lanes // 2, (2, 1, 3, 5, 4, 7))):
         whole = [m * width for m in multiples if width >= 4 and extent % (m * width) == 0]
         if whole:
             return whole[:3]

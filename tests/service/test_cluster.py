@@ -54,9 +54,14 @@ def _submit_all(server, models, trials):
     results = {}
 
     def one(name):
-        with ServiceClient(server.url, TOKEN) as c:
-            results[name] = c.wait(c.submit(models[name], trials=trials)["id"], poll_s=0.5,
-                                   timeout_s=600)
+        try:
+            with ServiceClient(server.url, TOKEN) as c:
+                results[name] = c.wait(c.submit(models[name], trials=trials)["id"],
+                                       poll_s=0.5, timeout_s=600)
+        except Exception as e:  # kept with the server's last words, for the assertion's text
+            alive = server.proc.poll() is None
+            results[name] = {"state": f"client error: {e!r}", "error": None, "id": None,
+                             "server": f"alive={alive}\n" + server.log.read_text()[-4000:]}
 
     threads = [threading.Thread(target=one, args=(n,)) for n in models]
     for t in threads:
@@ -105,7 +110,8 @@ def test_a_machine_leaving_mid_run_loses_no_job(service, cluster, onnx_models):
         for t in threads:
             t.join()
         assert {r["state"] for r in results.values()} == {"done"}, (
-            [(r["state"], r["error"]) for r in results.values()], c.cluster()["devices"])
+            [(r["state"], r["error"], r.get("server")) for r in results.values()],
+            c.cluster()["devices"])
         cluster_view = c.cluster()
         events = {r["id"]: c.events(r["id"]) for r in results.values()}
         for r in results.values():
