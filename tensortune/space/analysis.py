@@ -27,6 +27,7 @@ PAD_COPY_MAX = 1 << 18  # elements: a 128 x 255 weight is copied padded, a 768 x
 POSITION_TILE = 6
 SHORT_ROW = 8
 WIDE_TILE = 5
+WIDE_POSITIONS = 2  # x WIDE_TILE vectors: 10 accumulators of the 12
 
 
 def vector_registers(lanes: int) -> int:
@@ -119,11 +120,11 @@ def pad_ragged(sch, lanes: int | None = None) -> list:
     # padded channels and positions both (RegNet-Y's 440 as 448 over 54 positions) did 12% more
     # work and ran 1.5x slower than 1 x 7-vector tiles over rows (311 against 201 us on Zen 3)
     step = POSITION_TILE if factors[len(info.spatial) - 1] == 1 else \
-        2 if lanes and channels % (WIDE_TILE * lanes) == 0 else None
+        WIDE_POSITIONS if lanes and channels % (WIDE_TILE * lanes) == 0 else None
     if step and fuse_positions(sch, info, lanes):
         info = analyze(sch)
         factors = _ragged_factors(sch, info)
-        if step == 2:
+        if step == WIDE_POSITIONS:
             factors[len(info.spatial) - 1] = 1  # the channels stay unpadded
         if info.spatial[1][1] % step:
             factors[1] = step
