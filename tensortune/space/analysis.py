@@ -116,13 +116,17 @@ def pad_ragged(sch, lanes: int | None = None) -> list:
     of ``WIDE_TILE`` vectors they stay unpadded, the positions padded to even."""
     info = analyze(sch)
     factors = _ragged_factors(sch, info)
-    channels = info.spatial[-1][1]
+    last = len(info.spatial) - 1  # the channels, before any fusion
     # padded channels and positions both (RegNet-Y's 440 as 448 over 54 positions) did 12% more
     # work and ran 1.5x slower than 1 x 7-vector tiles over rows (311 against 201 us on Zen 3)
-    step = POSITION_TILE if factors[len(info.spatial) - 1] == 1 else \
-        WIDE_POSITIONS if lanes and channels % (WIDE_TILE * lanes) == 0 else None
+    if factors[last] == 1:
+        step = POSITION_TILE
+    elif lanes and info.spatial[last][1] % (WIDE_TILE * lanes) == 0:
+        step = WIDE_POSITIONS
+    else:
+        step = None
     if step and fuse_positions(sch, info, lanes):
-        info = analyze(sch)
+        info = analyze(sch)  # (n, positions, channels) now
         factors = _ragged_factors(sch, info)
         if step == WIDE_POSITIONS:
             factors[len(info.spatial) - 1] = 1  # the channels stay unpadded
