@@ -137,8 +137,8 @@ def _vector_tiles(extent: int, lanes: int) -> list[int]:
     vectors that divide it, and 5 with AVX2 (3 x 8 lanes with 4 rows is AVX2's classic
     12-accumulator tile), else of half vectors, 2.5 and 3.5 vectors included (120 channels
     with AVX-512: 8, 24 and 40 lanes, not a 30-lane vector and a half; RegNet's 440: 8 and 40,
-    where 10 lanes ran at a third of the peak), else quarter vectors (116 channels: 4 lanes, with many rows) and its
-    largest divisor up to two vectors (58 channels: 29 lanes)."""
+    where 10 lanes ran at a third of the peak), else quarter vectors (116 channels: 4 lanes,
+    with many rows) and its largest divisor up to two vectors (58 channels: 29 lanes)."""
     # AVX2 adds 5 vectors (440 channels: 55 vectors; 2 positions x 5 vectors = 10 accumulators)
     wide = (WIDE_TILE,) if vector_registers(lanes) <= 16 else ()
     for width, multiples in ((lanes, (2, 1, 3, 4, *wide)), (lanes // 2, (2, 1, 3, 5, 4, 7))):
