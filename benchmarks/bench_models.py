@@ -70,8 +70,8 @@ def metaschedule_model(session: Session, trials: int, work_dir: Path):
                                          max_trials_global=trials, num_trials_per_iter=per_iter,
                                          builder=metaschedule_builder())
     tune_s = time.perf_counter() - start
-    ex = ms.relax_integration.compile_relax(db, prepare(session.model.mod, session.graph), target,
-                                            params=None)
+    prepared = prepare(session.model.mod, session.graph, session.target)
+    ex = ms.relax_integration.compile_relax(db, prepared, target, params=None)
     m = session.model
     return CompiledModel(ex, m.inputs, m.outputs, (), m.name, dict(session.target)), tune_s
 

@@ -13,18 +13,19 @@ from tensortune.workload import default_target
 
 class Grouped(torch.nn.Module):
     """Irregular shapes: a 3-channel stem, groups of 4 on 45x45 (24 channels; computed 48 wide
-    and cropped), a stride-2 grouped convolution with 4 inputs and 8 outputs per group to a
+    and cropped), a stride-2 grouped convolution with 4 inputs and 6 outputs per group to a
     23-wide row (not padded: 32 would be too many), groups of 16 outputs (left alone: the
     channel axis vectorizes), a depthwise convolution (not grouped in this sense), and grouped
-    rows too short to vectorize along (12 wide)."""
+    rows too short to vectorize along (12 wide). Fewer than 8 outputs a group: rewritten for
+    AVX2 and AVX-512 hosts alike."""
 
     def __init__(self):
         super().__init__()
         self.stem = torch.nn.Conv2d(3, 24, 3, padding=1)
         self.g4 = torch.nn.Conv2d(24, 24, 3, padding=1, groups=6)
         self.bn = torch.nn.BatchNorm2d(24)
-        self.g_stride = torch.nn.Conv2d(24, 48, 3, stride=2, padding=1, groups=6)
-        self.g16 = torch.nn.Conv2d(48, 48, 3, padding=1, groups=3)
+        self.g_stride = torch.nn.Conv2d(24, 36, 3, stride=2, padding=1, groups=6)
+        self.g16 = torch.nn.Conv2d(36, 48, 3, padding=1, groups=3)
         self.dw = torch.nn.Conv2d(48, 48, 3, padding=1, groups=48)
         self.short = torch.nn.Conv2d(48, 48, 3, stride=2, padding=1, groups=12)
 
@@ -57,7 +58,7 @@ def test_narrow_groups_are_rewritten_and_the_model_matches(grouped):
     target = default_target(2)
     tasks = extract_tasks(model, target)
     convs = _conv_tasks(tasks)
-    # groups of 4 and of 8 outputs on rows of 45 and 23; not the groups of 16, the depthwise
+    # groups of 4 and of 6 outputs on rows of 45 and 23; not the groups of 16, the depthwise
     # convolution or the 12-wide row
     assert len(convs) == 2, [t.name for t in tasks]
     assert len([t for t in tasks if "group_pack" in t.name]) == 2
@@ -109,13 +110,13 @@ def test_turned_off_the_model_keeps_topi_grouped_convolutions(grouped):
 
 
 def test_a_14_wide_row_is_computed_16_wide_and_cropped():
-    """RegNet's 14x14 stage (groups of 8) at an irregular width: 40 channels in groups of 8 on
-    a 14x14 image are computed over 16 columns (one AVX-512 vector a row) and cropped; a
-    stride-2 one to 7 columns is left in TOPI's form (16 would more than double the work)."""
+    """A 14x14 stage at an irregular width: 40 channels in groups of 4 on a 14x14 image are
+    computed over 16 columns (one AVX-512 vector a row) and cropped; a stride-2 one to 7
+    columns is left in TOPI's form (16 would more than double the work)."""
     torch.manual_seed(1)
-    module = torch.nn.Sequential(torch.nn.Conv2d(40, 40, 3, padding=1, groups=5),
+    module = torch.nn.Sequential(torch.nn.Conv2d(40, 40, 3, padding=1, groups=10),
                                  torch.nn.ReLU(),
-                                 torch.nn.Conv2d(40, 40, 3, stride=2, padding=1, groups=5)).eval()
+                                 torch.nn.Conv2d(40, 40, 3, stride=2, padding=1, groups=10)).eval()
     x = torch.randn(1, 40, 14, 14)
     with torch.no_grad():
         expected = module(x).numpy()
@@ -130,4 +131,31 @@ def test_a_14_wide_row_is_computed_16_wide_and_cropped():
     assert "(T.int64(1), T.int64(14), T.int64(16), T.int64(40))" in func.script()
     best = {convs[0].key: task_seeds(convs[0].task)[0]}
     compiled = build_model(model, target, best)
+    np.testing.assert_allclose(compiled.run(x.numpy())[0], expected, rtol=1e-4, atol=1e-4)
+
+
+def test_groups_of_a_whole_avx2_vector_stay_in_topi_form_there():
+    """RegNet's groups of 8 outputs (48 channels, stride 2 at 37x37): packed for an AVX-512
+    target, whose 16 lanes would span two groups; left in TOPI's form for an AVX2 one, where
+    8 lanes are one group and the seeds keep the tile inside it. Built for this host in TOPI's
+    form with its seeds, the model matches."""
+    torch.manual_seed(2)
+    module = torch.nn.Sequential(torch.nn.Conv2d(48, 48, 3, stride=2, padding=1, groups=6),
+                                 torch.nn.ReLU()).eval()
+    x = torch.randn(1, 48, 37, 37)
+    with torch.no_grad():
+        expected = module(x).numpy()
+    model = from_torch(module, (x,))
+    avx512 = {"kind": "llvm", "mcpu": "znver4", "num-cores": 2}
+    avx2 = {"kind": "llvm", "mcpu": "znver3", "num-cores": 2}
+    assert len(_conv_tasks(extract_tasks(model, avx512))) == 1
+    topi = extract_tasks(model, avx2)
+    assert not _conv_tasks(topi) and not [t for t in topi if "group_pack" in t.name]
+    target = default_target(2)
+    tasks = extract_tasks(model, target, graph=GraphOptions(grouped_conv=False))
+    conv = next(t for t in tasks if "conv2d" in t.name)
+    seeds = task_seeds(conv.task)
+    assert seeds and all(s["vector_axis"] == "ff" and 8 % s["tile_ff"][-1] == 0 for s in seeds)
+    compiled = build_model(model, target, {conv.key: seeds[0]},
+                           graph=GraphOptions(grouped_conv=False))
     np.testing.assert_allclose(compiled.run(x.numpy())[0], expected, rtol=1e-4, atol=1e-4)

@@ -332,6 +332,37 @@ def analyze(sch) -> MainBlockInfo:
                          next((n for n, _ in spatial if short_name(n) == str(hint)), None))
 
 
+def group_width(sch, info: MainBlockInfo, axis: str) -> int | None:
+    """Output channels per group of a grouped convolution in TOPI's form: ``c`` where one
+    dimension of an input of the main block is ``axis // c`` plus a reduction axis
+    (``x[..., ff // 8 * 8 + rc]``), else None. A vector of ``axis`` wider than one group reads
+    that input through a gather. (A depthwise multiplier's ``c // 2`` has no reduction.)"""
+    from tvm.ir.prim.expr import BinaryOpExpr, FloorDiv, IntImm
+    from tvm.tirx.analysis import undefined_vars
+
+    block = sch.get(sch.get_sblock(info.name))
+    given = block.annotations.get(AXIS_NAMES)
+    names = [str(n) for n in given] if given else [iv.var.name for iv in block.iter_vars]
+    var = next((iv.var for iv, n in zip(block.iter_vars, names) if short_name(n) == axis), None)
+    reduce = {iv.var.name for iv in block.iter_vars if int(iv.iter_type) == 2}
+    found = []
+
+    def walk(expr):
+        if isinstance(expr, FloorDiv) and expr.a.same_as(var) and isinstance(expr.b, IntImm):
+            found.append(int(expr.b.value))
+        elif isinstance(expr, BinaryOpExpr):
+            walk(expr.a)
+            walk(expr.b)
+
+    if var is None:
+        return None
+    for region in block.reads:
+        for r in region.region:
+            if any(v.name in reduce for v in undefined_vars(r.min)):
+                walk(r.min)
+    return min(found) if found else None
+
+
 def layout_free_params(func) -> frozenset:
     """Names of the buffer parameters of ``func`` listed in its ``layout_free_buffers``."""
     attrs = func.attrs

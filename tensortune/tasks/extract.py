@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from ..errors import strict
 from ..frontend import Model
 from ..space import InvalidConfigError, task_space, template_for
-from ..workload import PrimFuncWorkload, Task, WorkloadError
+from ..workload import PrimFuncWorkload, Task, WorkloadError, vector_lanes
 from .batchnorm import fold_batch_norm_pass
 from .graph import GraphOptions
 
@@ -64,11 +64,12 @@ class TuneTask:
         return f"{self.task.workload.describe()} x{self.weight} [{state}: {self.reason}]"
 
 
-def prepare(mod, graph=None):
+def prepare(mod, graph=None, target: dict | None = None):
     """Inference rewrites before legalization: fold batch-norm into convolutions, decompose
     what is left of it (and other composite ops), fold constants, then the whole-model
-    rewrites of ``graph`` (``GraphOptions.of``: layout, Winograd). Each step that raises is
-    skipped with a warning (``graph.guarded``): what it leaves, TVM's legalization still takes."""
+    rewrites of ``graph`` (``GraphOptions.of``: layout, Winograd) for ``target``'s vector width
+    (an LLVM one; None or another kind: AVX-512's). Each step that raises is skipped with a
+    warning (``graph.guarded``): what it leaves, TVM's legalization still takes."""
     import tvm
     from tvm import relax
 
@@ -84,7 +85,8 @@ def prepare(mod, graph=None):
     options = GraphOptions.of(graph)
     mod = options.before_folding(mod)
     mod = guarded("constant folding", relax.transform.FoldConstant(), mod)
-    return options.rewrite(mod)
+    cpu = target is not None and target.get("kind") == "llvm"
+    return options.rewrite(mod, vector_lanes(target) if cpu else None)
 
 
 def fuse(mod, target: dict, layout_free: bool = True):
@@ -132,8 +134,9 @@ def mark_layout_free(mod):
 
 
 def fused_module(model: Model, target: dict, graph=None):
-    """``fuse(prepare(model.mod, graph), target)``: the module whose PrimFuncs are the tasks."""
-    return fuse(prepare(model.mod, graph), target)
+    """``fuse(prepare(model.mod, graph, target), target)``: the module whose PrimFuncs are the
+    tasks."""
+    return fuse(prepare(model.mod, graph, target), target)
 
 
 @dataclasses.dataclass(frozen=True)

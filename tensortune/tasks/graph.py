@@ -87,10 +87,12 @@ class GraphOptions:
             mod = guarded(NAME, slice_first_pass(), mod)
         return mod
 
-    def rewrite(self, mod):
+    def rewrite(self, mod, lanes: int | None = None):
         """``mod`` (inference-ready Relax, after ``before_folding`` and constant folding)
-        converted to the layout, then the fusions, fast math and Winograd applied. A rewrite that raises is skipped (``guarded``): the model keeps NCHW, or
-        runs without the fusion, and the rest still applies."""
+        converted to the layout, then the fusions, fast math and Winograd applied, for a CPU
+        target of ``lanes``-wide float32 vectors (None: AVX-512's). A rewrite that raises is
+        skipped (``guarded``): the model keeps NCHW, or runs without the fusion, and the rest
+        still applies."""
         if self.fold_pads:  # before the 1-D convolutions: a causal pad is their padding
             from .pads import REWRITE as NAME, fold_pads_pass
 
@@ -118,9 +120,9 @@ class GraphOptions:
 
             mod = guarded(NAME, expand_depthwise_pass(self.expand_depthwise_kib * 1024), mod)
         if self.grouped_conv and self.layout == "nhwc":
-            from .grouped import REWRITE as NAME, grouped_conv_pass
+            from .grouped import REWRITE as NAME, VECTOR, grouped_conv_pass
 
-            mod = guarded(NAME, grouped_conv_pass(), mod)
+            mod = guarded(NAME, grouped_conv_pass(lanes or VECTOR), mod)
         if self.attention:  # before fast math, which turns softmax into a TIR call
             from .attention import REWRITE as NAME, attention_pass
 

@@ -6,7 +6,7 @@ the CPU dispatch and legalization passes (``LegalizeOps`` ... ``FuseOps``, ``Fus
 as ``IRModule({"main": func + global_symbol "main" + tirx.noalias})`` (MetaSchedule's
 ``normalize_mod``) and looks it up by structural equality. So:
 
-- ``mod`` must be ``prepare(model.mod, graph)``, the module that ``extract.fuse`` starts
+- ``mod`` must be ``prepare(model.mod, graph, target)``, the module that ``extract.fuse`` starts
   from, and the PrimFuncs it yields are the tasks' functions less their ``layout_free_buffers``
   mark (so a weight packed at the root is packed on every call there, not folded);
 - each record's workload is the task's function normalized the same way, and its trace the
@@ -88,7 +88,7 @@ def applied_functions(work_dir: str | os.PathLike, model: Model, target: dict,
 
     db = ms.database.JSONDatabase(work_dir=str(work_dir), allow_missing=False)
     tgt = tvm.target.Target(target)
-    fused = fuse(prepare(model.mod, graph), target, layout_free=False)
+    fused = fuse(prepare(model.mod, graph, target), target, layout_free=False)
     with tgt, db, tvm.transform.PassContext(opt_level=3):
         applied = relax.transform.MetaScheduleApplyDatabase()(fused)
     return tuple(gv.name_hint for gv, f in applied.functions.items()
@@ -108,7 +108,7 @@ def compile_with_metaschedule(work_dir: str | os.PathLike, model: Model, target:
 
     use_threads(threads or os.cpu_count() or 1)
     db = ms.database.JSONDatabase(work_dir=str(work_dir), allow_missing=False)
-    executable = ms.relax_integration.compile_relax(db, prepare(model.mod, graph),
+    executable = ms.relax_integration.compile_relax(db, prepare(model.mod, graph, target),
                                                     tvm.target.Target(target), params=None)
     return CompiledModel(executable, model.inputs, model.outputs,
                          applied_functions(work_dir, model, target, graph), model.name,
