@@ -88,8 +88,7 @@ def _oriented(space, knobs, info, spatial, reduce, choice, vec, rows, rows2, lan
               limit, group: int | None = None) -> list[Config]:
     """The recipe's seeds for one vector axis (``choice``, the knob's value for ``vec``). A
     grouped convolution's (``group`` outputs per group) register tile stays inside one group,
-    where the input is a broadcast: a vector across groups is a gather (on Zen 3, RegNet's
-    groups of 8 ran 20-25% slower in 16-lane tiles than in 8-lane ones)."""
+    where the input is a broadcast: a vector across groups is a gather that LLVM scalarizes."""
     ext = dict(spatial)
     regs = vector_registers(lanes)
     tiles = []  # (V, {row axis: unroll}): register tiles, the fullest first
