@@ -10,9 +10,12 @@ import pytest
 SHARED_GROUPS = {"test_ray_backend": "ray", "test_cluster": "ray"}
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """Under ``--dist loadgroup`` a worker takes a whole module (its module-scoped servers
-    and clusters start once), and the modules of one shared group go to one worker."""
+    and clusters start once), and the modules of one shared group go to one worker. First:
+    xdist's own hook copies the groups into the test ids, and this conftest, loaded before
+    xdist's worker plugin, would otherwise run after it (every group silently ignored)."""
     for item in items:
         module = item.path.stem
         item.add_marker(pytest.mark.xdist_group(SHARED_GROUPS.get(module, str(item.path))))
