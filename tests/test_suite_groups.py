@@ -1,7 +1,8 @@
 """The suite's own distribution: under the Makefile's ``pytest -n 2 --dist loadgroup`` each
-module runs whole on one worker (``conftest.pytest_collection_modifyitems``). Two version or
-hook-order changes broke this silently before (modules split, each worker starting the
-module's servers and the two Ray modules' clusters side by side)."""
+module runs whole on one worker (``conftest.pytest_collection_modifyitems``). The hook's order
+and pytest 9.2 each broke this silently before: modules split, each worker starting the
+module's servers, and the cluster test's two tests each a Ray cluster, one's teardown killing
+the other's."""
 import re
 import subprocess
 import sys

@@ -310,8 +310,7 @@ def analyze(sch) -> MainBlockInfo:
     block = reductions[0]
     if not any(int(iv.iter_type) == 0 for iv in block.iter_vars):
         raise TemplateMismatch(f"block {block.name_hint} reduces to a scalar: no axis to tile")
-    given = block.annotations.get(AXIS_NAMES)
-    rename = {iv.var.name: str(n) for iv, n in zip(block.iter_vars, given)} if given else {}
+    rename = _iter_names(block)
     spatial, reduce = [], []
     for iv in block.iter_vars:
         if iv.iter_type not in (0, 2):
@@ -341,9 +340,11 @@ def group_width(sch, info: MainBlockInfo, axis: str) -> int | None:
     from tvm.tirx.analysis import undefined_vars
 
     block = sch.get(sch.get_sblock(info.name))
-    given = block.annotations.get(AXIS_NAMES)
-    names = [str(n) for n in given] if given else [iv.var.name for iv in block.iter_vars]
-    var = next((iv.var for iv, n in zip(block.iter_vars, names) if short_name(n) == axis), None)
+    names = _iter_names(block)
+    var = next((iv.var for iv in block.iter_vars
+                if short_name(names.get(iv.var.name, iv.var.name)) == axis), None)
+    if var is None:
+        return None
     reduce = {iv.var.name for iv in block.iter_vars if int(iv.iter_type) == 2}
     found = []
 
@@ -354,13 +355,18 @@ def group_width(sch, info: MainBlockInfo, axis: str) -> int | None:
             walk(expr.a)
             walk(expr.b)
 
-    if var is None:
-        return None
     for region in block.reads:
         for r in region.region:
             if any(v.name in reduce for v in undefined_vars(r.min)):
                 walk(r.min)
     return min(found) if found else None
+
+
+def _iter_names(block) -> dict[str, str]:
+    """A block's iterator names as ``AXIS_NAMES`` gives them (from before a reshape), by the
+    iterators' own names; empty where the block carries none."""
+    given = block.annotations.get(AXIS_NAMES)
+    return {iv.var.name: str(n) for iv, n in zip(block.iter_vars, given)} if given else {}
 
 
 def layout_free_params(func) -> frozenset:
