@@ -94,7 +94,7 @@ def test_a_stems_window_streams_inside_the_register_tile_from_a_padded_copy(targ
         seeds = cpu_seeds(space, t.task.workload.prim_func(), lanes=lanes, threads=2)
         k = {24: 7, 72: 6}[t.task.workload.output_shape[-1]]
         first = seeds[0]
-        assert first["tile_ry"] == (1, k) and first["tile_rx"] == (1, k) and first["tile_rc"] == (1, 3)
+        assert (first["tile_ry"], first["tile_rx"], first["tile_rc"]) == ((1, k), (1, k), (1, 3))
         assert first["producer_at"] == "root"
         assert any(c["tile_rx"] == (k, 1) and c["producer_at"] == "inline" for c in seeds)
         assert len(matching_configs(t.task, space, seeds[:4] + seeds[-2:])) == 6

@@ -114,12 +114,11 @@ def _oriented(space, knobs, info, spatial, reduce, choice, vec, rows, rows2, lan
             if (v_tile, unrolled) not in tiles:
                 tiles.append((v_tile, unrolled))
     # the kernel window (every reduction but the innermost) streams inside the register tile
-    # when the innermost reduction is trivial (depthwise) or short (a stem's 3 colours, a
-    # packed group's 4 channels: ResNeXt's layers ran 20-25% faster),
-    # outside it otherwise: with the window outside, a stem's accumulators went to memory and
-    # back after every 3 FMAs each (on Zen 3, 7x7 stems ran 2-2.3x slower, 3x3 ones 1.2-2x).
-    # A stem's padding is made up front: inlined, every broadcast of the window checks bounds.
-    # (ViT's 16x16 patch embedding, 768 reductions a tile, was level either way)
+    # when the innermost reduction is trivial (depthwise) or short, outside it otherwise. With
+    # the window outside, a stem's accumulators went to memory and back after every 3 FMAs (its
+    # 3 colours): on Zen 3 7x7 stems ran 2-2.3x slower, 3x3 ones 1.2-2x, ResNeXt's packed groups
+    # of 4 channels 1.25x. A stem's padding is made up front: inlined, every broadcast of the
+    # window checks bounds. ViT's 16x16 patch embedding (768 reductions) was level either way.
     stem = len(reduce) > 2 and 1 < reduce[-1][1] < STEM_CHANNELS
     window_inside = not reduce or reduce[-1][1] == 1 or stem
     base = {"r_block": 512, "unroll": 16, "inline": not stem, "window_inside": window_inside,
