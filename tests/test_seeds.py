@@ -126,25 +126,39 @@ def test_register_tiles_fit_the_isas_vector_registers(target, lanes, most):
         assert max(tiles) >= 7  # at least a vector on every row of a 7-wide image
 
 
-def test_channels_with_no_whole_vector_get_quarter_vectors_or_an_unrolled_ragged_tile(target):
-    """ShuffleNet's 58 and 116 channels: 116 takes 4-lane tiles under many rows; 58 can only
-    take 29 lanes (16 + 8 + 4 + 1), a tile LLVM vectorizes only fully unrolled and unblocked
-    (it ran 10x slower under unroll 16 or inside a cache block)."""
-    for channels, widths in ((116, {4, 29}), (58, {29})):
+@pytest.mark.parametrize("lanes", [8, 16])
+def test_channels_just_short_of_whole_vectors_are_padded_and_a_prime_count_gets_a_ragged_tile(
+        target, lanes):
+    """ShuffleNet's 58 and 116 channels (2- and 4-lane tiles at a fifth of Zen 3's peak) are
+    padded to 64 and 120, whole 8-lane vectors, and the padded seeds compute the convolution.
+    29 channels, fewer than a padding pays for, take 29 lanes (16 + 8 + 4 + 1 with AVX-512),
+    a tile LLVM vectorizes only fully unrolled and unblocked (10x slower under unroll 16 or
+    inside a cache block)."""
+    inputs = []
+    for channels, padded in ((116, 120), (58, 64)):
         [conv] = [t.task for t in _model_tasks(torch.nn.Conv2d(channels, channels, 1),
                                                (1, channels, 28, 28), target)
                   if "conv2d" in t.name]
         space = task_space(conv)
-        seeds = cpu_seeds(space, conv.workload.prim_func(), lanes=16, threads=2)
-        assert {c["tile_ff"][-1] for c in seeds} == widths
-        for c in seeds:
-            rows = np.prod([c[k][-1] for k in ("tile_xx", "tile_yy")])
-            if c["tile_ff"][-1] == 29:  # four registers a row: at most seven rows of them
-                assert c["unroll"] == 512 and c["tile_ff"][2] == c["tile_xx"][2] == 1
-                assert rows * 4 <= 32
-            else:
-                assert rows >= 8
-            apply_config(conv, c, space)
+        extents = {k.name: k.extent for k in space.knobs if hasattr(k, "extent")}
+        assert extents["tile_ff"] == padded and extents["tile_rc"] == channels
+        seeds = cpu_seeds(space, conv.workload.prim_func(), lanes=lanes, threads=2)
+        assert seeds and all(c["tile_ff"][-1] % 8 == 0 for c in seeds)
+        inputs += [MeasureInput(conv, c) for c in seeds[:2]]
+    [prime] = [t.task for t in _model_tasks(torch.nn.Conv2d(16, 29, 1), (1, 16, 28, 28), target)
+               if "conv2d" in t.name]
+    space = task_space(prime)
+    seeds = cpu_seeds(space, prime.workload.prim_func(), lanes=16, threads=2)
+    assert {c["tile_ff"][-1] for c in seeds} == {29}
+    for c in seeds:  # four registers a row: at most seven rows of them
+        rows = np.prod([c[k][-1] for k in ("tile_xx", "tile_yy")])
+        assert c["unroll"] == 512 and c["tile_ff"][2] == c["tile_xx"][2] == 1 and rows * 4 <= 32
+    inputs.append(MeasureInput(prime, seeds[0]))
+    settings = MeasureSettings(number=1, repeat=1, min_repeat_ms=1, threads=2)
+    with LocalBuilder(workers=2) as builder, LocalRunner(settings) as runner:
+        results = runner.run(inputs, builder.build(inputs))
+    for inp, result in zip(inputs, results):  # the runner checks against numpy's reference
+        assert result.ok and result.verified, (dict(inp.config), result.message)
 
 
 def test_twelve_channels_take_a_widened_half_vector_or_the_image_rows(target):
@@ -307,8 +321,9 @@ class ShortRows(torch.nn.Module):
 def test_avx2_tiles_a_short_rows_positions_six_at_a_time(target):
     """With AVX2's 16 registers a 7-wide row takes 7 accumulators at most (ResNeXt-50's 7x7
     1x1 convolutions at 40% of Zen 3's peak): a stride-1 1x1 convolution's 49 positions
-    become one axis padded to 54, six to a tile (1.2x faster there), or to 50, two to a
-    tile, where the channels are a multiple of five vectors but not of two. AVX-512 keeps its
+    (or a prime row's 169) become one axis padded to 54, six to a tile (1.2x faster there),
+    or to 50, two to a tile, where the channels are a multiple of five vectors but not of
+    two. AVX-512 keeps its
     rows, and so do a strided convolution and one whose channels are padded; the fused
     seeds, built for an AVX2 CPU (which every x86 host here runs), compute what numpy does."""
     avx2 = {"kind": "llvm", "mcpu": "haswell", "num-cores": 2}
@@ -339,6 +354,17 @@ def test_avx2_tiles_a_short_rows_positions_six_at_a_time(target):
     two_by_five = [c for c in seeds if (c["tile_yy_xx"][-1], c["tile_ff"][-1]) == (2, 40)]
     assert two_by_five, [(c["tile_yy_xx"], c["tile_ff"]) for c in seeds]
     inputs += [MeasureInput(wide, two_by_five[0]), MeasureInput(wide, seeds[0])]
+    # a prime row (SqueezeNet's 13x13): 169 positions as 174, six to a tile; 14x14 keeps rows
+    [prime] = [t.task for t in _model_tasks(torch.nn.Conv2d(48, 64, 1), (1, 48, 13, 13), avx2)
+               if "conv2d" in t.name]
+    extents = {k.name: k.extent for k in task_space(prime).knobs if hasattr(k, "extent")}
+    assert extents["tile_yy_xx"] == 174, extents
+    seeds = task_seeds(prime)
+    assert seeds[0]["tile_yy_xx"][-1] == 6 and seeds[0]["tile_ff"][-1] == 16
+    inputs += [MeasureInput(prime, seeds[0])]
+    [even] = [t.task for t in _model_tasks(torch.nn.Conv2d(48, 64, 1), (1, 48, 14, 14), avx2)
+              if "conv2d" in t.name]
+    assert {"tile_yy", "tile_xx"} <= {k.name for k in task_space(even).knobs}
     # other padded channels (248 as 256) keep the rows: both padded did 12% more work
     [padded] = [t.task for t in _model_tasks(torch.nn.Conv2d(16, 248, 1), (1, 16, 7, 7), avx2)
                 if "conv2d" in t.name]
