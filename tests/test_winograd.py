@@ -83,6 +83,34 @@ def test_only_eligible_convolutions_become_winograd_and_the_model_still_matches(
     assert not any("winograd" in t.name for t in direct)
 
 
+@pytest.mark.parametrize("size, first", [(21, "root"), (24, "inline")])
+def test_the_output_transforms_table_is_made_up_front_first_where_its_rows_do_not_fold(size,
+                                                                                    first):
+    """The output transform reads Winograd's ``A`` (6 x 4), a chain of selects on ``y % 4``:
+    inlined, it folds to constants where the rows are multiples of 4 (24: the seeds inline it
+    first, as before) and runs per multiply-add where they are not (21; Inception's 147x147
+    output transform took 5-22 ms so, 1.1-2.5 ms with the table made up front, inlining
+    kept among the later seeds). The first seed builds and matches numpy."""
+    from tensortune.measure import LocalBuilder, LocalRunner, MeasureInput
+    from tensortune.settings import MeasureSettings
+    from tensortune.space import task_seeds
+
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(32, 32, 3, padding=1).eval()
+    model = from_torch(conv, (torch.randn(1, 32, size, size),))
+    [out] = [t.task for t in extract_tasks(model, default_target(2))
+             if "winograd_output" in t.name]
+    seeds = task_seeds(out)
+    assert seeds[0]["producer_at"] == first
+    if first == "root":  # inlining stays among the seeds
+        assert any(c["producer_at"] == "inline" for c in seeds)
+    settings = MeasureSettings(number=1, repeat=1, min_repeat_ms=1, threads=2)
+    inputs = [MeasureInput(out, seeds[0])]
+    with LocalBuilder(workers=1) as builder, LocalRunner(settings) as runner:
+        [result] = runner.run(inputs, builder.build(inputs))
+    assert result.ok and result.verified, result.message
+
+
 def test_graph_options_are_a_checked_value():
     assert GraphOptions.of(None) == GraphOptions()
     assert GraphOptions.of("NCHW") == GraphOptions(layout="nchw")

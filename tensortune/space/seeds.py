@@ -73,7 +73,7 @@ def cpu_seeds(space: ConfigSpace, prim_func, lanes: int = 8, threads: int = 2,
     ext = dict(spatial)
     group = group_width(sch, info, vec)
     seeds = _oriented(space, knobs, info, spatial, reduce, vec, vec, rows, rows2, lanes, threads,
-                      limit, group)
+                      limit, group, _reads_a_table(sch, info, vec))
     copied = f"{rows}{COPY}"
     if rows and ext[vec] < lanes and copied in knobs["vector_axis"].options and \
             max(_vector_tiles(ext[rows], lanes)) >= lanes // 2:
@@ -87,10 +87,11 @@ def cpu_seeds(space: ConfigSpace, prim_func, lanes: int = 8, threads: int = 2,
 
 
 def _oriented(space, knobs, info, spatial, reduce, choice, vec, rows, rows2, lanes, threads,
-              limit, group: int | None = None) -> list[Config]:
+              limit, group: int | None = None, table: bool = False) -> list[Config]:
     """The recipe's seeds for one vector axis (``choice``, the knob's value for ``vec``). A
     grouped convolution's (``group`` outputs per group) register tile stays inside one group,
-    where the input is a broadcast: a vector across groups is a gather that LLVM scalarizes."""
+    where the input is a broadcast: a vector across groups is a gather that LLVM scalarizes.
+    With a ``table`` that would not fold, producers are made up front first (``_reads_a_table``)."""
     ext = dict(spatial)
     regs = vector_registers(lanes)
     tiles = []  # (V, {row axis: unroll}): register tiles, the fullest first
@@ -121,8 +122,8 @@ def _oriented(space, knobs, info, spatial, reduce, choice, vec, rows, rows2, lan
     # window checks bounds. ViT's 16x16 patch embedding (768 reductions) was level either way.
     stem = len(reduce) > 2 and 1 < reduce[-1][1] < STEM_CHANNELS
     window_inside = not reduce or reduce[-1][1] == 1 or stem
-    base = {"r_block": 512, "unroll": 16, "inline": not stem, "window_inside": window_inside,
-            "blocked": True}
+    base = {"r_block": 512, "unroll": 16, "inline": not (stem or table),
+            "window_inside": window_inside, "blocked": True}
     variants = [{}, {"window_inside": not window_inside}, {"r_block": 128},
                 {"inline": not base["inline"]}, {"unroll": 64}]
     if stem:  # the whole window in the tile, no S2 block; then the recipe for other layers
@@ -146,6 +147,25 @@ def _oriented(space, knobs, info, spatial, reduce, choice, vec, rows, rows2, lan
             if len(out) >= limit:
                 return list(out)
     return list(out)
+
+
+def _reads_a_table(sch, info, vec: str) -> bool:
+    """Whether the main block reads a table its function computes from nothing (Winograd's
+    output matrix ``A``, ``6 x 4``: a chain of 24 selects on ``y % 4``, ``x % 4``) and has an
+    output axis no multiple of the table's last extent. Inlined, the chain folds to constants
+    only where the rows are such multiples (56x56: inlining is the faster); at 147x147 (3 x 7
+    x 7) it ran per multiply-add: Inception's output transform took 5-22 ms from inlining
+    seeds, 1.1-2.5 ms with the table made up front (Zen 3)."""
+    main = sch.get_sblock(info.name)
+    for p in sch.get_producers(main):
+        block = sch.get(p)
+        if block.reads or not block.writes:
+            continue
+        step = int(block.writes[0].source.shape[-1])
+        if step > 1 and any(e > 1 and e % step for n, e in info.spatial
+                            if short_name(n) != vec):
+            return True
+    return False
 
 
 def _vector_tiles(extent: int, lanes: int) -> list[int]:
