@@ -164,7 +164,8 @@ def _ragged_factors(sch, info: MainBlockInfo) -> list[int]:
         elif j == 0 and spatial[i] > most and _read_along(sch, info, i) <= PAD_COPY_MAX:
             # nearly a multiple of the vector (YOLO's 255 outputs: 17-lane tiles ran at 15%
             # of the peak; RegNet's 440 as 448, as ONNX Runtime pads it), where padding costs
-            # at most 1 / PAD_WASTE more work and the padded copies of the inputs are small
+            # at most 1 / PAD_WASTE more work (else to whole AVX2 vectors, 1 / HALF_WASTE)
+            # and the padded copies of the inputs are small
             # (a constant weight's copy is made once, at build time: ``cpu_template``)
             for step, waste in ((multiple, PAD_WASTE), (HALF_VECTOR, HALF_WASTE)):
                 if spatial[i] % step and (-spatial[i]) % step * waste <= spatial[i]:

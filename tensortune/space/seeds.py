@@ -73,7 +73,7 @@ def cpu_seeds(space: ConfigSpace, prim_func, lanes: int = 8, threads: int = 2,
     ext = dict(spatial)
     group = group_width(sch, info, vec)
     seeds = _oriented(space, knobs, info, spatial, reduce, vec, vec, rows, rows2, lanes, threads,
-                      limit, group, _reads_a_table(sch, info, vec))
+                      limit, group, _unfolded_table(sch, info, vec))
     copied = f"{rows}{COPY}"
     if rows and ext[vec] < lanes and copied in knobs["vector_axis"].options and \
             max(_vector_tiles(ext[rows], lanes)) >= lanes // 2:
@@ -91,7 +91,7 @@ def _oriented(space, knobs, info, spatial, reduce, choice, vec, rows, rows2, lan
     """The recipe's seeds for one vector axis (``choice``, the knob's value for ``vec``). A
     grouped convolution's (``group`` outputs per group) register tile stays inside one group,
     where the input is a broadcast: a vector across groups is a gather that LLVM scalarizes.
-    With a ``table`` that would not fold, producers are made up front first (``_reads_a_table``)."""
+    With a ``table`` that would not fold, producers are made up front first (``_unfolded_table``)."""
     ext = dict(spatial)
     regs = vector_registers(lanes)
     tiles = []  # (V, {row axis: unroll}): register tiles, the fullest first
@@ -149,7 +149,7 @@ def _oriented(space, knobs, info, spatial, reduce, choice, vec, rows, rows2, lan
     return list(out)
 
 
-def _reads_a_table(sch, info, vec: str) -> bool:
+def _unfolded_table(sch, info, vec: str) -> bool:
     """Whether the main block reads a table its function computes from nothing (Winograd's
     output matrix ``A``, ``6 x 4``: a chain of 24 selects on ``y % 4``, ``x % 4``) and has an
     output axis no multiple of the table's last extent. Inlined, the chain folds to constants
