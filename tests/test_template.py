@@ -124,3 +124,39 @@ def test_chunks_follow_the_weights_where_they_are_the_larger_operand():
         mod["main"](*args, out)
         np.testing.assert_allclose(out.numpy(), workload.reference(*inputs), rtol=1e-4,
                                    atol=1e-4)
+
+
+
+def test_copies_made_up_front_are_vectorized_in_pieces_llvm_compiles_quickly():
+    """A padded copy made at the root along 200 channels (NHWC, a stride-2 3x3 layer of a
+    model) is vectorized 50 lanes at a time, never as one ``<200 x float>`` (a 512-lane copy
+    took LLVM 5-7 s to compile, past the build limit, where 64-lane pieces took 0.2 s), and
+    the function still computes what its reference does."""
+    import re
+
+    import torch
+
+    from tensortune.frontend import from_torch
+    from tensortune.space import Config
+    from tensortune.space.cpu_template import VECTOR_MAX
+    from tensortune.tasks import extract_tasks
+
+    torch.manual_seed(0)
+    layer = torch.nn.Conv2d(200, 24, 3, stride=2, padding=1)
+    model = from_torch(layer.eval(), (torch.randn(1, 200, 9, 9),))
+    (task,) = [t.task for t in extract_tasks(model, default_target(2)) if "conv2d" in t.name]
+    space = task_space(task)
+    config = next(c for c in space.sample_many(200, np.random.default_rng(0))
+                  if dict(c)["producer_at"] == "root")
+    sch = apply_config(task, config, space)
+    script = sch.mod.script()
+    lanes = [int(n) for n in re.findall(r"T\.vectorized\(T\.int64\((\d+)\)\)", script)]
+    assert lanes and max(lanes) <= VECTOR_MAX, lanes
+    assert "T.vectorized(T.int64(50))" in script  # the pad's 200 channels, 4 x 50
+    inputs = task.workload.random_inputs(3)
+    mod = tvm.compile(sch.mod, target=task.tvm_target()).jit()
+    args = [tvm.runtime.tensor(a) for a in inputs]
+    out = tvm.runtime.tensor(np.zeros(task.workload.output_shape, "float32"))
+    mod["main"](*args, out)
+    np.testing.assert_allclose(out.numpy(), task.workload.reference(*inputs), rtol=1e-4,
+                               atol=1e-4, err_msg=str(Config(dict(config))))

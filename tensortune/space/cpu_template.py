@@ -172,18 +172,25 @@ def generic_cpu(cfg, sch):
     # the epilogue (bias, SiLU's fast_exp, GELU's fast_erf) runs in vectors along the output's
     # last axis, split as the register tile is (24 lanes: 3 x 8); a write-back at S0 spans
     # more than VECTOR_MAX lanes and becomes a loop of vectors instead of scalar code
-    wb_inner = sch.get_loops(write_back)[-1]
-    wb_lanes = extent(sch, wb_inner)
-    if wb_lanes > VECTOR_MAX:
-        width = max(d for d in range(1, VECTOR_MAX + 1) if wb_lanes % d == 0)
-        wb_inner = sch.split(wb_inner, [None, width])[1]
-    vectorize_vectors(sch, wb_inner)
+    vectorize_vectors(sch, _at_most_max(sch, sch.get_loops(write_back)[-1]))
     for p in root_producers:
         p_loops = sch.get_loops(p)
         sch.parallel(sch.fuse(*p_loops[:2]) if len(p_loops) > 2 else p_loops[0])
         if len(p_loops) > 1 and 1 < extent(sch, p_loops[-1]) <= 1024:
-            sch.vectorize(p_loops[-1])
+            # a copy along 512 channels as one <512 x float> took LLVM 5-7 s to compile
+            # (SqueezeNet's classifier, against 0.2 s in 64-lane pieces): past the build limit
+            sch.vectorize(_at_most_max(sch, p_loops[-1]))
     return sch
+
+
+def _at_most_max(sch, loop):
+    """``loop``, or the inner part of it split to at most ``VECTOR_MAX`` lanes (its largest
+    divisor up to that): what one vectorized loop should span."""
+    lanes = extent(sch, loop)
+    if lanes <= VECTOR_MAX:
+        return loop
+    width = max(d for d in range(1, VECTOR_MAX + 1) if lanes % d == 0)
+    return sch.split(loop, [None, width])[1]
 
 
 def _copied_along(sch, producers, info, axis: str, any_dim: bool = False) -> dict[str, int]:
