@@ -40,7 +40,7 @@ RAGGED_UNROLL = 512  # the unroll knob's largest step: a whole ragged register t
 STEM_CHANNELS = 8  # an innermost reduction shorter than this is a stem's (RGB: 3)
 # fewer accumulators than this in every tile: a single position gets up to WIDE_VECTORS
 # vectors, with a reduction block whose weight panel (block x lanes floats) stays in L1
-FEW_ACCUMULATORS, WIDE_VECTORS, WIDE_PANEL = 4, 8, 6144
+FEW_ACCUMULATORS, WIDE_VECTORS, WIDE_PANEL = 6, 8, 6144
 
 
 def cpu_seeds(space: ConfigSpace, prim_func, lanes: int = 8, threads: int = 2,
@@ -160,11 +160,11 @@ def _oriented(space, knobs, info, spatial, reduce, choice, vec, rows, rows2, lan
 def _single_position_tile(tiles, ext: dict, vec: str, rows: str | None,
                           lanes: int) -> int | None:
     """A wider vector tile for one position where rows allow no register tile: Inception's
-    17x17 layers (17 is prime) got 1 position x 1-3 vectors, too few accumulators to hide the
-    FMA's latency (31-39% of the peak). One position x 6-8 vectors (the most up to
+    17x17 layers (17 is prime) got 1 position x 1-4 vectors, too few accumulators to hide the
+    FMA's latency (31-45% of the peak). One position x 5-8 vectors (the most up to
     ``WIDE_VECTORS`` that divide the channels, within the space's ``VECTOR_MAX`` lanes), its
-    weight panel kept in L1 (``WIDE_PANEL``), ran 1.4-1.8x faster (1x7, 7x1 and 3x3 layers of
-    160-288 input channels, Zen 3). None where a tile already holds enough accumulators."""
+    weight panel kept in L1 (``WIDE_PANEL``), ran 1.2-1.8x faster (1x7, 7x1 and 3x3 layers of
+    160-288 channels, Zen 3). None where a tile already holds ``FEW_ACCUMULATORS``."""
     if not rows or ext[rows] < 2 or any(
             vector_pieces(v, lanes) * _product(u.values()) >= FEW_ACCUMULATORS for v, u in tiles):
         return None
