@@ -20,7 +20,6 @@ PAD_WASTE = 16  # an output axis at most 1 / PAD_WASTE short of a vector multipl
 # channels ran 2- and 4-lane tiles at 19-23% of Zen 3's peak; as 64 and 120, 1.6-2.9x faster
 HALF_VECTOR, HALF_WASTE = 8, 8
 AXIS_NAMES = "tensortune.axis_names"  # a block's iterators' names from before it was reshaped
-POSITIONS = "tensortune.positions"  # the row width of a block whose positions were fused
 VECTOR_AXIS = "tensortune.vector_axis"  # a block's own choice of vector axis (its short name)
 PAD_COPY_MAX = 1 << 18  # elements: a 128 x 255 weight is copied padded, a 768 x 50257 one not
 # AVX2's 16 registers keep 12 accumulators: 6 positions x 2 vectors. A 1x1 convolution whose
@@ -231,15 +230,9 @@ def _fuse_rows(sch, info: MainBlockInfo, w: int) -> bool:
         (n, _), (y, _), (x, _), (f, _) = info.spatial
         sch.annotate(sch.get_sblock(info.name), AXIS_NAMES,
                      [n, f"{y}_{short_name(x)}", f, info.reduce[2][0]])
-        sch.annotate(sch.get_sblock(info.name), POSITIONS, w)
     except Exception:  # TVM's ScheduleError
         return False
     return True
-
-
-def positions_fused(sch, info: MainBlockInfo) -> bool:
-    """Whether ``fuse_positions`` made the main block's rows and columns one axis."""
-    return POSITIONS in sch.get(sch.get_sblock(info.name)).annotations
 
 
 def _buffer(sch, block: str, name: str):

@@ -24,10 +24,9 @@ against the space, so a shape the recipe does not fit just yields fewer seeds.
 from __future__ import annotations
 
 import itertools
-import math
 
-from .analysis import (WIDE_TILE, analyze, group_width, is_tiled, pad_ragged, positions_fused,
-                       short_name, vector_registers)
+from .analysis import (WIDE_TILE, analyze, group_width, is_tiled, pad_ragged, short_name,
+                       vector_registers)
 from .cpu_attention import attention_seeds, is_attention
 from .cpu_expand_depthwise import expand_depthwise_seeds, is_expand_depthwise
 from .cpu_recurrent import is_recurrence, recurrent_seeds
@@ -76,11 +75,8 @@ def cpu_seeds(space: ConfigSpace, prim_func, lanes: int = 8, threads: int = 2,
     rows2 = movable[-3] if len(movable) > 2 else None  # image rows, when ``rows`` is columns
     ext = dict(spatial)
     group = group_width(sch, info, vec)
-    # inlined, a copy laid out by position reads (p // w, p % w) at every broadcast: SqueezeNet's
-    # 512 -> 1000 classifier ran 1.5-1.6 ms with it made up front, 3.2 ms inlined (2 x 40
-    # tiles); Inception's 768 -> 192 at 17x17, 0.72 against 1.58 ms (6 x 16; Zen 3)
     seeds = _oriented(space, knobs, info, spatial, reduce, vec, vec, rows, rows2, lanes, threads,
-                      limit, group, _unfolded_table(sch, info, vec) or positions_fused(sch, info))
+                      limit, group, _unfolded_table(sch, info, vec))
     copied = f"{rows}{COPY}"
     if rows and ext[vec] < lanes and copied in knobs["vector_axis"].options and \
             max(_vector_tiles(ext[rows], lanes)) >= lanes // 2:
@@ -94,12 +90,11 @@ def cpu_seeds(space: ConfigSpace, prim_func, lanes: int = 8, threads: int = 2,
 
 
 def _oriented(space, knobs, info, spatial, reduce, choice, vec, rows, rows2, lanes, threads,
-              limit, group: int | None = None, up_front: bool = False) -> list[Config]:
+              limit, group: int | None = None, table: bool = False) -> list[Config]:
     """The recipe's seeds for one vector axis (``choice``, the knob's value for ``vec``). A
     grouped convolution's (``group`` outputs per group) register tile stays inside one group,
     where the input is a broadcast: a vector across groups is a gather that LLVM scalarizes.
-    With ``up_front`` (a table that would not fold, ``_unfolded_table``, or positions fused),
-    producers are made up front first."""
+    With a ``table`` that would not fold, producers are made up front first (``_unfolded_table``)."""
     ext = dict(spatial)
     regs = vector_registers(lanes)
     tiles = []  # (V, {row axis: unroll}): register tiles, the fullest first
@@ -133,7 +128,7 @@ def _oriented(space, knobs, info, spatial, reduce, choice, vec, rows, rows2, lan
     # window checks bounds. ViT's 16x16 patch embedding (768 reductions) was level either way.
     stem = len(reduce) > 2 and 1 < reduce[-1][1] < STEM_CHANNELS
     window_inside = not reduce or reduce[-1][1] == 1 or stem
-    base = {"r_block": 512, "unroll": 16, "inline": not (stem or up_front),
+    base = {"r_block": 512, "unroll": 16, "inline": not (stem or table),
             "window_inside": window_inside, "blocked": True}
     variants = [{}, {"window_inside": not window_inside}, {"r_block": 128},
                 {"inline": not base["inline"]}, {"unroll": 64}]
@@ -171,12 +166,19 @@ def _single_position_tile(tiles, ext: dict, vec: str, rows: str | None,
     weight panel kept in L1 (``WIDE_PANEL``), ran 1.2-1.8x faster (1x7, 7x1 and 3x3 layers of
     160-288 channels, Zen 3). None where a tile already holds ``FEW_ACCUMULATORS``."""
     if not rows or ext[rows] < 2 or any(
-            vector_pieces(v, lanes) * math.prod(u.values()) >= FEW_ACCUMULATORS for v, u in tiles):
+            vector_pieces(v, lanes) * _product(u.values()) >= FEW_ACCUMULATORS for v, u in tiles):
         return None
     widths = [m * lanes for m in range(WIDE_VECTORS, 1, -1)
               if m * lanes <= VECTOR_MAX and ext[vec] % (m * lanes) == 0]
     best = widths[0] if widths else None
     return best if best and all(best > v for v, _ in tiles) else None
+
+
+def _product(values) -> int:
+    out = 1
+    for v in values:
+        out *= v
+    return out
 
 
 def _unfolded_table(sch, info, vec: str) -> bool:
