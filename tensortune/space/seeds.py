@@ -24,6 +24,7 @@ against the space, so a shape the recipe does not fit just yields fewer seeds.
 from __future__ import annotations
 
 import itertools
+import math
 
 from .analysis import (WIDE_TILE, analyze, group_width, is_tiled, pad_ragged, short_name,
                        vector_registers)
@@ -166,19 +167,12 @@ def _single_position_tile(tiles, ext: dict, vec: str, rows: str | None,
     weight panel kept in L1 (``WIDE_PANEL``), ran 1.2-1.8x faster (1x7, 7x1 and 3x3 layers of
     160-288 channels, Zen 3). None where a tile already holds ``FEW_ACCUMULATORS``."""
     if not rows or ext[rows] < 2 or any(
-            vector_pieces(v, lanes) * _product(u.values()) >= FEW_ACCUMULATORS for v, u in tiles):
+            vector_pieces(v, lanes) * math.prod(u.values()) >= FEW_ACCUMULATORS for v, u in tiles):
         return None
     widths = [m * lanes for m in range(WIDE_VECTORS, 1, -1)
               if m * lanes <= VECTOR_MAX and ext[vec] % (m * lanes) == 0]
     best = widths[0] if widths else None
     return best if best and all(best > v for v, _ in tiles) else None
-
-
-def _product(values) -> int:
-    out = 1
-    for v in values:
-        out *= v
-    return out
 
 
 def _unfolded_table(sch, info, vec: str) -> bool:

@@ -193,6 +193,8 @@ def winograd_pass(tile: int | None = None, min_channels: int = 32):
 def rewrite_functions(mod, rewriter, failed: list, rewrite: str):
     """Every Relax function of ``mod`` through ``rewriter`` (whose builder collects the new
     PrimFuncs beside); the calls in ``failed`` (call, error) are named in one warning."""
+    from tvm import relax
+
     from .rewriting import mutate_functions
 
     out = mutate_functions(rewriter, mod)
