@@ -169,9 +169,8 @@ def _single_position_tile(tiles, ext: dict, vec: str, rows: str | None,
     if not rows or ext[rows] < 2 or any(
             vector_pieces(v, lanes) * math.prod(u.values()) >= FEW_ACCUMULATORS for v, u in tiles):
         return None
-    widths = [m * lanes for m in range(WIDE_VECTORS, 1, -1)
-              if m * lanes <= VECTOR_MAX and ext[vec] % (m * lanes) == 0]
-    best = widths[0] if widths else None
+    best = next((m * lanes for m in range(WIDE_VECTORS, 1, -1)
+                 if m * lanes <= VECTOR_MAX and ext[vec] % (m * lanes) == 0), None)
     return best if best and all(best > v for v, _ in tiles) else None
 
 
